@@ -1,0 +1,54 @@
+"""Applying updates to params, matched by path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from gradtx._paths import flatten
+
+__all__ = ["apply_updates"]
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
+    """Return `params + updates`, matched by path, each result in its parameter's dtype.
+
+    Params whose update is `None` or absent are returned unchanged (the same array), so a
+    partial update tree touches only its paths. The containers may differ (a dict of updates
+    for a dataclass of params) as long as the paths agree. Nothing is modified in place.
+
+    Args:
+        params: the params tree.
+        updates: updates for some or all of the params' paths.
+
+    Returns:
+        A tree with the structure of `params`.
+
+    Example:
+        >>> params = {"w": jnp.ones(2, jnp.bfloat16), "b": jnp.zeros(2)}
+        >>> gradtx.apply_updates(params, {"w": jnp.full(2, 0.5), "b": None})["w"]
+        Array([1.5, 1.5], dtype=bfloat16)
+    """
+    p_paths, p_leaves, treedef = flatten(params)
+    u_paths, u_leaves, _ = flatten(updates)
+    index = {path: i for i, path in enumerate(p_paths)}
+    out = list(p_leaves)
+    for path, u in zip(u_paths, u_leaves):
+        if u is None:
+            continue
+        i = index.get(path)
+        if i is None or p_leaves[i] is None:
+            raise KeyError(
+                f"apply_updates: there is an update for path {path!r} but no parameter there. "
+                f"Parameter paths: {[p for p in p_paths[:6]]}{' ...' if len(p_paths) > 6 else ''}"
+            )
+        p = p_leaves[i]
+        if jnp.shape(p) != jnp.shape(u):
+            raise ValueError(
+                f"apply_updates: at path {path!r} the update has shape {jnp.shape(u)} but the "
+                f"parameter has shape {jnp.shape(p)}."
+            )
+        dtype = jnp.promote_types(p.dtype, u.dtype)
+        out[i] = (p.astype(dtype) + u.astype(dtype)).astype(p.dtype)
+    return treedef.unflatten(out)

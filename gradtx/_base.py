@@ -1,0 +1,95 @@
+"""The transformation protocol: immutable pytree objects with `init` and `update`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+from gradtx._module import Module, static
+
+__all__ = ["ForeignTransform", "Transformation", "as_transformation"]
+
+State = Any
+Updates = Any
+Params = Any
+
+
+class Transformation(Module):
+    """Base class of every gradtx transformation.
+
+    A transformation is an immutable pytree: numeric hyperparameters are float32 array leaves
+    and structure is static, so an equal transformation never recompiles and `jax.vmap` over a
+    stacked one sweeps hyperparameters. The call shape is optax's, so gradtx transformations
+    run inside optax combinators and optax transformations run inside gradtx ones.
+
+    Subclasses implement:
+        init(params) -> state
+        update(updates, state, params=None, **extra) -> (updates, state)
+
+    `update` acts on the paths present in `updates` (`None` leaves mean "no gradient": no update,
+    and that path's state does not move). Unknown `**extra` arguments are ignored.
+    """
+
+    name: ClassVar[str] = "transformation"
+
+    def init(self, params: Params) -> State:
+        """Initial state for `params` (arrays or `jax.ShapeDtypeStruct` leaves)."""
+        raise TypeError(f"{type(self).__name__} does not define init")
+
+    def update(
+        self, updates: Updates, state: State, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, State]:
+        """Transform `updates` and advance `state` for the paths present in `updates`."""
+        raise TypeError(f"{type(self).__name__} does not define update")
+
+
+class ForeignTransform(Transformation):
+    """An optax-style `(init, update)` pair run inside gradtx combinators, kept static.
+
+    Example:
+        >>> import optax
+        >>> tx = gradtx.chain(optax.scale(0.5))  # wrapped automatically
+    """
+
+    inner: Any = static()
+    label: str = static("optax")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.label
+
+    def init(self, params: Params) -> State:
+        return self.inner.init(params)
+
+    def update(
+        self, updates: Updates, state: State, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, State]:
+        try:
+            return self.inner.update(updates, state, params, **extra)
+        except TypeError:
+            return self.inner.update(updates, state, params)
+
+
+def _foreign_name(tx: Any) -> str:
+    qualname = getattr(getattr(tx, "init", None), "__qualname__", "")
+    head = qualname.split(".")[0]
+    return head if head and head != "<lambda>" else "transform"
+
+
+def as_transformation(tx: Any, argument: str = "transform") -> Transformation:
+    """Return `tx` as a gradtx `Transformation`, wrapping optax-style `(init, update)` pairs."""
+    if isinstance(tx, Transformation):
+        return tx
+    if callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None)):
+        return ForeignTransform(tx, _foreign_name(tx))
+    raise TypeError(
+        f"`{argument}` must be a transformation (an object with init and update), "
+        f"got {type(tx).__name__}: {tx!r}"
+    )
+
+
+def is_transformation(x: Any) -> bool:
+    return isinstance(x, Transformation) or (
+        callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+    )
+

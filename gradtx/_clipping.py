@@ -1,0 +1,100 @@
+"""Clipping updates elementwise or by their global norm."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from gradtx._elementwise import ElementwiseTransform
+from gradtx._lift import compute_dtype, map_updates
+from gradtx._module import hyperparam
+from gradtx._paths import flatten
+
+__all__ = ["clip", "clip_by_global_norm", "global_norm"]
+
+
+def global_norm(updates: Any) -> jnp.ndarray:
+    """The L2 norm of all leaves of `updates` together, in float32 (`None` leaves skipped).
+
+    Example:
+        >>> global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0]), "c": None})
+        Array(5., dtype=float32)
+    """
+    total = jnp.zeros((), jnp.float32)
+    for leaf in flatten(updates)[1]:
+        if leaf is not None:
+            x = leaf.astype(compute_dtype(leaf))
+            total = total + jnp.sum(x * x).astype(total.dtype)
+    return jnp.sqrt(total)
+
+
+class Clip(ElementwiseTransform):
+    """Clip each element to `[-max_delta, max_delta]` (see `clip`)."""
+
+    name: ClassVar[str] = "clip"
+    max_delta: Any = hyperparam()
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """`u = clip(g, -max_delta, max_delta)`."""
+        limit = self.max_delta.astype(compute_dtype(g))
+        return jnp.clip(g.astype(limit.dtype), -limit, limit).astype(g.dtype), {}
+
+
+class ClipByGlobalNorm(ElementwiseTransform):
+    """Rescale all updates together so their global norm is at most `max_norm`."""
+
+    name: ClassVar[str] = "clip_by_global_norm"
+    max_norm: Any = hyperparam()
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The statistic `global_norm`."""
+        return ("global_norm",)
+
+    def init(self, params: Any) -> dict:
+        """The statistic `global_norm` (the norm of the last updates, before clipping)."""
+        return {"global_norm": jnp.zeros((), jnp.float32)}
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Scale every present update by `min(1, max_norm / global_norm)`."""
+        norm = global_norm(updates)
+        # One scalar factor, computed once: the per-leaf work stays a single multiply.
+        factor = jnp.where(norm < self.max_norm, jnp.float32(1), self.max_norm / norm)
+
+        def clipped(g: Any, _: Any) -> Any:
+            return (g.astype(compute_dtype(g)) * factor).astype(g.dtype)
+
+        new_updates = map_updates(clipped, updates, owner=self.name)
+        return new_updates, {**state, "global_norm": norm}
+
+
+def clip(max_delta: float) -> Clip:
+    """Clip every element of the updates to `[-max_delta, max_delta]`.
+
+    Args:
+        max_delta: the largest absolute value an update element may have.
+
+    Example:
+        >>> gradtx.clip(1.0).update({"w": jnp.array([-3.0, 0.5])}, {})[0]["w"]
+        Array([-1. ,  0.5], dtype=float32)
+    """
+    return Clip(max_delta)
+
+
+def clip_by_global_norm(max_norm: float) -> ClipByGlobalNorm:
+    r"""Scale the updates so their global L2 norm is at most `max_norm`.
+
+    $u = g \cdot \min(1, \mathrm{max\_norm} / \lVert g \rVert_2)$, the norm taken over every
+    present leaf together. The pre-clip norm is kept in the state as the statistic
+    `global_norm`, so it can be logged after the step.
+
+    Args:
+        max_norm: the largest global norm the updates may have.
+
+    Example:
+        >>> tx = gradtx.clip_by_global_norm(1.0)
+        >>> u, state = tx.update({"w": jnp.array([3.0, 4.0])}, tx.init({"w": jnp.zeros(2)}))
+        >>> u["w"], state["global_norm"]
+        (Array([0.6, 0.8], dtype=float32), Array(5., dtype=float32))
+    """
+    return ClipByGlobalNorm(max_norm)

@@ -1,0 +1,69 @@
+"""Base class of transformations whose math is written for one array."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from gradtx._base import Transformation
+from gradtx._lift import init_slots, update_slots
+from gradtx._module import Module
+
+__all__ = ["ElementwiseTransform", "hyperparam_at"]
+
+
+def hyperparam_at(value: Any, count: Any) -> Any:
+    """A hyperparameter's float32 value at step `count` (schedules and functions are called)."""
+    if isinstance(value, Module) or callable(value):
+        return jnp.asarray(value(count), jnp.float32)
+    return value
+
+
+class ElementwiseTransform(Transformation):
+    """A transformation defined by per-array math; the tree plumbing is shared.
+
+    Subclasses define:
+        state_keys() -> names of the per-path slots (e.g. `("mu", "nu", "count")`)
+        init_leaf(param) -> {slot: array}
+        update_leaf(g, slots, param) -> (update, {slot: new array})
+        selected_paths(updates, params) -> set of paths to transform, or None for all
+
+    State: `{slot: {path: array}}`; stateless transformations have `{}`.
+    """
+
+    needs_params: ClassVar[bool] = False
+
+    def state_keys(self) -> tuple[str, ...]:
+        """Names of the per-path slots this transformation keeps."""
+        return ()
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """Initial slots for one parameter."""
+        return {}
+
+    def update_leaf(self, g: Any, slots: dict[str, Any], param: Any) -> tuple[Any, dict]:
+        """Per-array math: the new update and the changed slots."""
+        raise TypeError(f"{type(self).__name__} does not define update_leaf")
+
+    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+        """Paths to transform (others pass through); `None` means every present path."""
+        return None
+
+    def init(self, params: Any) -> dict:
+        """Slots for every non-`None` leaf of `params`."""
+        return init_slots(params, self.init_leaf, self.state_keys())
+
+    def update(
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
+        """Apply `update_leaf` to every path present in `updates`."""
+        return update_slots(
+            self.update_leaf,
+            updates,
+            state,
+            params,
+            owner=self.name,
+            needs_params=self.needs_params,
+            where=self.selected_paths(updates, params),
+        )

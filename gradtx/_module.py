@@ -1,0 +1,169 @@
+"""Immutable pytree objects: the base of transformations and schedules.
+
+A `Module` subclass is a frozen dataclass registered as a pytree. Its fields are either
+*data* (pytree children: arrays, numeric hyperparameters, sub-transformations, schedules) or
+*static* (hashable structure kept in the treedef: selectors, dtypes, flags, names). A plain
+Python function stored in a data field (a schedule written as `lambda step: ...`) is moved to
+the static part, since it cannot be traced. Two equal static parts give equal treedefs, so an
+equal transformation never recompiles a jitted step that takes it as an argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Module", "as_float", "as_int", "field", "hyperparam", "static"]
+
+
+def field(*, static: bool = False, converter: Callable | None = None, **kwargs: Any) -> Any:
+    """A dataclass field of a `Module`, optionally static and with a converter."""
+    return dataclasses.field(metadata={"static": static, "converter": converter}, **kwargs)
+
+
+def static(default: Any = dataclasses.MISSING, converter: Callable | None = None) -> Any:
+    """A static (treedef) field: structure, never traced."""
+    return field(static=True, default=default, converter=converter)
+
+
+def _is_static_callable(value: Any) -> bool:
+    """A callable that is a pytree leaf (a plain function) cannot be traced: keep it static."""
+    if not callable(value) or isinstance(value, (jax.Array, np.ndarray, Module)):
+        return False
+    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
+
+
+def as_float(value: Any, name: str = "value") -> Any:
+    """Numeric hyperparameter -> float32 array; schedules and functions are kept as they are."""
+    if value is None or isinstance(value, Module) or _is_static_callable(value):
+        return value
+    try:
+        array = jnp.asarray(value)
+    except TypeError as e:
+        raise TypeError(
+            f"`{name}` must be a number, an array, a schedule or a function of the step, "
+            f"got {type(value).__name__}: {value!r}"
+        ) from e
+    if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
+        raise TypeError(f"`{name}` must be numeric, got dtype {array.dtype}")
+    if jnp.issubdtype(array.dtype, jnp.complexfloating):
+        raise TypeError(f"`{name}` must be real, got dtype {array.dtype}")
+    # float64 inputs are narrowed on purpose: hyperparameters are float32 whatever the params.
+    return array.astype(jnp.float32)
+
+
+def as_int(value: Any, name: str = "value") -> Any:
+    """Step-valued argument (boundaries, step counts) -> int32 array."""
+    if value is None:
+        return None
+    array = jnp.asarray(value)
+    if not jnp.issubdtype(array.dtype, jnp.number):
+        raise TypeError(f"`{name}` must be an integer number of steps, got {value!r}")
+    return array.astype(jnp.int32)
+
+
+def hyperparam(default: Any = dataclasses.MISSING) -> Any:
+    """A numeric hyperparameter: a float32 array leaf, a schedule, or a static function."""
+    return field(default=default, converter=as_float)
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax.core.Tracer):
+        if value.shape == ():
+            item = value.item()
+            return f"{item:g}" if isinstance(item, float) else repr(item)
+        return f"{value.dtype}{list(value.shape)}"
+    if callable(value) and hasattr(value, "__qualname__") and not isinstance(value, Module):
+        return value.__qualname__
+    return repr(value)
+
+
+class Module:
+    """Base class: a frozen dataclass registered as a pytree with attribute keys.
+
+    Subclasses declare fields with annotations. `static(...)` marks structure; `hyperparam()`
+    converts numbers to float32 array leaves. Converters run at construction (never when
+    JAX rebuilds the object from leaves). Override `__check__` to validate arguments.
+
+    Example:
+        >>> class Scale(Module):
+        ...     factor: Any = hyperparam()
+        >>> jax.tree_util.tree_leaves(Scale(2.0))
+        [Array(2., dtype=float32)]
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
+        fields = dataclasses.fields(cls)
+        cls._static_names = tuple(f.name for f in fields if f.metadata.get("static"))
+        cls._data_names = tuple(f.name for f in fields if not f.metadata.get("static"))
+        jax.tree_util.register_pytree_with_keys(
+            cls, _flatten_with_keys, _make_unflatten(cls), _flatten
+        )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            convert = f.metadata.get("converter")
+            if convert is not None:
+                value = getattr(self, f.name)
+                try:
+                    converted = convert(value, f"{type(self).__name__}.{f.name}")
+                except TypeError:
+                    converted = convert(value)
+                object.__setattr__(self, f.name, converted)
+        self.__check__()
+
+    def __check__(self) -> None:
+        """Validate constructor arguments (override); raise with the argument's name."""
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with some fields replaced (converters run again)."""
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):
+            if f.repr:
+                parts.append(f"{f.name}={_format_value(getattr(self, f.name))}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _split(obj: Module) -> tuple[list, tuple]:
+    children, child_names, static_data = [], [], []
+    for name in obj._data_names:
+        value = obj.__dict__[name]
+        if _is_static_callable(value):
+            static_data.append((name, value))
+        else:
+            child_names.append(name)
+            children.append(value)
+    statics = tuple((name, obj.__dict__[name]) for name in obj._static_names)
+    return children, (tuple(child_names), tuple(static_data) + statics)
+
+
+def _flatten(obj: Module) -> tuple[list, tuple]:
+    return _split(obj)
+
+
+def _flatten_with_keys(obj: Module) -> tuple[list, tuple]:
+    children, aux = _split(obj)
+    keyed = [(jax.tree_util.GetAttrKey(n), c) for n, c in zip(aux[0], children)]
+    return keyed, aux
+
+
+def _make_unflatten(cls: type) -> Callable:
+    def unflatten(aux: tuple, children: Any) -> Module:
+        obj = object.__new__(cls)
+        child_names, statics = aux
+        for name, value in zip(child_names, children):
+            object.__setattr__(obj, name, value)
+        for name, value in statics:
+            object.__setattr__(obj, name, value)
+        return obj
+
+    return unflatten

@@ -1,0 +1,159 @@
+"""State tools: flat `{key: array}` views of optimizer state, loading and reconciling."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._paths import flatten
+
+__all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadReport:
+    """What `load_state_dict` or `reconcile` did not take over as it was.
+
+    Attributes:
+        missing: keys the transformation needs that the loaded state lacks (initialised anew).
+        unexpected: keys in the loaded state that the transformation does not use (dropped).
+        mismatched: keys present in both whose shape or dtype changed (initialised anew),
+            as `{key: (loaded (shape, dtype), expected (shape, dtype))}`.
+    """
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    mismatched: dict[str, tuple] = dataclasses.field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        """True if every key matched."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def __str__(self) -> str:
+        lines = []
+        for title, keys in (("missing", self.missing), ("unexpected", self.unexpected)):
+            if keys:
+                lines.append(f"{title} ({len(keys)}): " + ", ".join(keys[:10]))
+                if len(keys) > 10:
+                    lines[-1] += ", ..."
+        for key, (got, want) in list(self.mismatched.items())[:10]:
+            lines.append(f"changed: {key}: loaded {got}, expected {want}")
+        return "\n".join(lines) or "all keys matched"
+
+
+class StateMismatchError(KeyError):
+    """A loaded state does not fit the transformation; `.report` says how."""
+
+    def __init__(self, report: LoadReport) -> None:
+        super().__init__(
+            "the state does not match the transformation and params:\n"
+            f"{report}\nUse strict=False to initialise missing/changed keys and drop unexpected "
+            "ones (the report is returned), or gradtx.reconcile after editing the model."
+        )
+        self.report = report
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def state_dict(state: Any) -> dict[str, Any]:
+    """Flatten an optimizer state into `{key: array}` with readable keys.
+
+    Keys join the names of combinators, slots and parameter paths with `/`, for example
+    `adamw/mu/enc/layers/0/w` for the first moment of `enc/layers/0/w` in the `adamw` step of
+    a chain. Arrays are returned as they are (no copy).
+
+    Args:
+        state: the state of any gradtx transformation (other pytrees work too).
+
+    Example:
+        >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3))
+        >>> sorted(gradtx.state_dict(tx.init({"w": jnp.zeros(2)})))[:2]
+        ['adamw/count/w', 'adamw/mu/w']
+    """
+    paths, leaves, _ = flatten(state)
+    return {p: x for p, x in zip(paths, leaves) if x is not None}
+
+
+def _signature(x: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(np.shape(x)), str(jnp.result_type(x))
+
+
+def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
+    paths, leaves, treedef = flatten(template)
+    expected = {p for p, x in zip(paths, leaves) if x is not None}
+    missing, mismatched, out = [], {}, []
+    for path, leaf in zip(paths, leaves):
+        if leaf is None:
+            out.append(None)
+        elif path not in flat:
+            missing.append(path)
+            out.append(leaf)
+        elif _signature(flat[path]) != _signature(leaf):
+            mismatched[path] = (_signature(flat[path]), _signature(leaf))
+            out.append(leaf)
+        else:
+            value = flat[path]
+            out.append(value if isinstance(value, jax.Array) else jnp.asarray(value))
+    unexpected = tuple(k for k in flat if k not in expected)
+    report = LoadReport(tuple(missing), unexpected, mismatched)
+    return treedef.unflatten(out), report
+
+
+def load_state_dict(
+    tx: Any, params: Any, flat: dict[str, Any], *, strict: bool = True
+) -> tuple[Any, LoadReport]:
+    """Build `tx`'s state for `params` from a flat `{key: array}` (as made by `state_dict`).
+
+    Args:
+        tx: the transformation the state is for.
+        params: the params (arrays or `jax.ShapeDtypeStruct` leaves).
+        flat: `{key: array}`, e.g. a checkpoint read back from disk (NumPy arrays are fine).
+        strict: raise `StateMismatchError` on any missing, unexpected or changed key. With
+            `strict=False`, missing and changed keys are initialised by `tx.init(params)` and
+            unexpected keys are dropped.
+
+    Returns:
+        `(state, report)`: the state, and a `LoadReport` of what did not match.
+
+    Example:
+        >>> tx, params = gradtx.adam(1e-3), {"w": jnp.zeros(2)}
+        >>> flat = gradtx.state_dict(tx.init(params))
+        >>> state, report = gradtx.load_state_dict(tx, params, flat)
+        >>> report.clean
+        True
+    """
+    state, report = _merge(tx.init(params), dict(flat))
+    if strict and not report.clean:
+        raise StateMismatchError(report)
+    return state, report
+
+
+def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
+    """Carry `state` over to `new_params` after the model changed (layers added or removed).
+
+    The state of every surviving path (same key, shape and dtype) is kept bit-for-bit; new
+    paths are initialised by `tx.init(new_params)`; the keys of removed paths are reported as
+    `unexpected` and dropped.
+
+    Args:
+        tx: the transformation.
+        state: the state made for the old params.
+        new_params: the new params.
+
+    Returns:
+        `(new_state, report)`.
+
+    Example:
+        >>> tx = gradtx.adam(1e-3)
+        >>> state = tx.init({"w": jnp.ones(2)})
+        >>> state, report = gradtx.reconcile(tx, state, {"w": jnp.ones(2), "b": jnp.ones(1)})
+        >>> report.missing
+        ('count/b', 'mu/b', 'nu/b')
+    """
+    return load_state_dict(tx, new_params, state_dict(state), strict=False)

@@ -1,0 +1,62 @@
+"""Decoupled weight decay: add `weight_decay * param` to the update."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from gradtx._elementwise import ElementwiseTransform
+from gradtx._lift import compute_dtype
+from gradtx._module import hyperparam, static
+from gradtx._selectors import as_selector, select
+
+__all__ = ["add_decayed_weights"]
+
+
+def _optional_selector(mask: Any) -> Any:
+    return None if mask is None else as_selector(mask, "mask")
+
+
+class AddDecayedWeights(ElementwiseTransform):
+    """`u = g + weight_decay * param` on the selected paths (see `add_decayed_weights`)."""
+
+    name: ClassVar[str] = "add_decayed_weights"
+    needs_params: ClassVar[bool] = True
+    weight_decay: Any = hyperparam(0.0)
+    mask: Any = static(None, converter=_optional_selector)
+
+    def init(self, params: Any) -> dict:
+        """No state; a `mask` that matches nothing fails here (it is almost always a typo)."""
+        if self.mask is not None:
+            select(params, self.mask, argument="add_decayed_weights(mask=...)")
+        return {}
+
+    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+        """The paths the mask selects among those present (all of them without a mask)."""
+        if self.mask is None:
+            return None
+        tree = updates if params is None else params
+        return set(select(tree, self.mask, strict=False, argument="mask"))
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """`u = g + weight_decay * param`."""
+        dtype = compute_dtype(g, param)
+        u = g.astype(dtype) + self.weight_decay.astype(dtype) * param.astype(dtype)
+        return u.astype(g.dtype), {}
+
+
+def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecayedWeights:
+    r"""Add decoupled weight decay to the updates: $u = g + \lambda\,\theta$.
+
+    Args:
+        weight_decay: the decay rate $\lambda$ (a float32 leaf).
+        mask: a selector of the paths to decay (globs, regex, bool tree or function; see
+            `gradtx.paths`); default: every path. A mask that matches nothing raises at `init`.
+
+    Example:
+        >>> tx = gradtx.add_decayed_weights(0.1, mask="!**/bias")
+        >>> params = {"w": jnp.ones(2), "bias": jnp.ones(2)}
+        >>> u, _ = tx.update({"w": jnp.zeros(2), "bias": jnp.zeros(2)}, tx.init(params), params)
+        >>> u["w"], u["bias"]
+        (Array([0.1, 0.1], dtype=float32), Array([0., 0.], dtype=float32))
+    """
+    return AddDecayedWeights(weight_decay, mask)
