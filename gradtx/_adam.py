@@ -13,8 +13,13 @@ from gradtx._module import hyperparam, static
 __all__ = ["scale_by_adam"]
 
 
-def _dtype_or_none(dtype: Any) -> Any:
-    return None if dtype is None else jnp.dtype(dtype)
+def _dtype_or_none(dtype: Any, name: str = "dtype") -> Any:
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"`{name}` must be a dtype or None, got {dtype!r}") from e
 
 
 class ScaleByAdam(ElementwiseTransform):
@@ -75,6 +80,7 @@ def scale_by_adam(
     Per path, with step $t$ counted per path:
 
     $$m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t,\quad v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2$$
+
     $$u_t = \hat m_t / (\sqrt{\hat v_t + \epsilon_{root}} + \epsilon),\quad
       \hat m_t = m_t/(1-\beta_1^t),\ \hat v_t = v_t/(1-\beta_2^t)$$
 
@@ -93,7 +99,7 @@ def scale_by_adam(
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.
 
-    Example:
+    Examples:
         >>> tx = gradtx.scale_by_adam(mu_dtype=jnp.float32)
         >>> params = {"w": jnp.ones(3, jnp.bfloat16)}
         >>> tx.init(params)["mu"]["w"].dtype

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from gradtx._paths import flatten
@@ -25,7 +26,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
     Returns:
         A tree with the structure of `params`.
 
-    Example:
+    Examples:
         >>> params = {"w": jnp.ones(2, jnp.bfloat16), "b": jnp.zeros(2)}
         >>> gradtx.apply_updates(params, {"w": jnp.full(2, 0.5), "b": None})["w"]
         Array([1.5, 1.5], dtype=bfloat16)
@@ -43,12 +44,13 @@ def apply_updates(params: Any, updates: Any) -> Any:
                 f"apply_updates: there is an update for path {path!r} but no parameter there. "
                 f"Parameter paths: {[p for p in p_paths[:6]]}{' ...' if len(p_paths) > 6 else ''}"
             )
-        p = p_leaves[i]
+        p = jnp.asarray(p_leaves[i])
         if jnp.shape(p) != jnp.shape(u):
             raise ValueError(
                 f"apply_updates: at path {path!r} the update has shape {jnp.shape(u)} but the "
                 f"parameter has shape {jnp.shape(p)}."
             )
-        dtype = jnp.promote_types(p.dtype, u.dtype)
+        with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
+            dtype = jnp.promote_types(p.dtype, u.dtype)
         out[i] = (p.astype(dtype) + u.astype(dtype)).astype(p.dtype)
     return treedef.unflatten(out)

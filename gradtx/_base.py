@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
-
 
 from gradtx._module import Module, static
 
@@ -46,7 +46,7 @@ class Transformation(Module):
 class ForeignTransform(Transformation):
     """An optax-style `(init, update)` pair run inside gradtx combinators, kept static.
 
-    Example:
+    Examples:
         >>> import optax
         >>> tx = gradtx.chain(optax.scale(0.5))  # wrapped automatically
     """
@@ -64,16 +64,27 @@ class ForeignTransform(Transformation):
     def update(
         self, updates: Updates, state: State, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, State]:
-        try:
+        if _takes_extra(self.inner.update):
             return self.inner.update(updates, state, params, **extra)
-        except TypeError:
-            return self.inner.update(updates, state, params)
+        return self.inner.update(updates, state, params)
+
+
+def _takes_extra(fn: Any) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _foreign_name(tx: Any) -> str:
-    qualname = getattr(getattr(tx, "init", None), "__qualname__", "")
-    head = qualname.split(".")[0]
-    return head if head and head != "<lambda>" else "transform"
+    # update first: stateless optax transformations share one init (`init_empty_state`).
+    for method in ("update", "init"):
+        qualname = getattr(getattr(tx, method, None), "__qualname__", "")
+        head = qualname.split(".")[0]
+        if head and not qualname.endswith("<lambda>"):
+            return head
+    return "transform"
 
 
 def as_transformation(tx: Any, argument: str = "transform") -> Transformation:
@@ -92,4 +103,3 @@ def is_transformation(x: Any) -> bool:
     return isinstance(x, Transformation) or (
         callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
     )
-

@@ -46,7 +46,9 @@ class Chain(Transformation):
             for name, tx in zip(self.names, self.transforms):
                 keys = getattr(tx, "state_keys", None)
                 if keys is None:
-                    raise TypeError(f"{self.label}: a flat chain needs {name} to declare state_keys")
+                    raise TypeError(
+                        f"{self.label}: a flat chain needs {name} to declare state_keys"
+                    )
                 for key in keys():
                     if key in seen:
                         raise ValueError(
@@ -111,7 +113,7 @@ def chain(*transforms: Any) -> Chain:
     Returns:
         A `Chain` whose state is `{name: state_of_that_child}`.
 
-    Example:
+    Examples:
         >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))
         >>> list(tx.init({"w": jnp.zeros(2)}))
         ['clip_by_global_norm', 'adam']
@@ -126,7 +128,7 @@ def named_chain(*named: tuple[str, Any]) -> Chain:
     Args:
         *named: `(name, transformation)` pairs, applied first to last.
 
-    Example:
+    Examples:
         >>> tx = gradtx.named_chain(("clip", gradtx.clip(1.0)), ("opt", gradtx.sgd(0.1)))
         >>> list(tx.init({"w": jnp.zeros(2)}))
         ['clip', 'opt']

@@ -17,7 +17,7 @@ __all__ = ["clip", "clip_by_global_norm", "global_norm"]
 def global_norm(updates: Any) -> jnp.ndarray:
     """The L2 norm of all leaves of `updates` together, in float32 (`None` leaves skipped).
 
-    Example:
+    Examples:
         >>> global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0]), "c": None})
         Array(5., dtype=float32)
     """
@@ -57,6 +57,7 @@ class ClipByGlobalNorm(ElementwiseTransform):
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Scale every present update by `min(1, max_norm / global_norm)`."""
+        self.check_state(state)
         norm = global_norm(updates)
         # One scalar factor, computed once: the per-leaf work stays a single multiply.
         factor = jnp.where(norm < self.max_norm, jnp.float32(1), self.max_norm / norm)
@@ -74,7 +75,7 @@ def clip(max_delta: float) -> Clip:
     Args:
         max_delta: the largest absolute value an update element may have.
 
-    Example:
+    Examples:
         >>> gradtx.clip(1.0).update({"w": jnp.array([-3.0, 0.5])}, {})[0]["w"]
         Array([-1. ,  0.5], dtype=float32)
     """
@@ -91,7 +92,7 @@ def clip_by_global_norm(max_norm: float) -> ClipByGlobalNorm:
     Args:
         max_norm: the largest global norm the updates may have.
 
-    Example:
+    Examples:
         >>> tx = gradtx.clip_by_global_norm(1.0)
         >>> u, state = tx.update({"w": jnp.array([3.0, 4.0])}, tx.init({"w": jnp.zeros(2)}))
         >>> u["w"], state["global_norm"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
@@ -50,6 +51,17 @@ class ElementwiseTransform(Transformation):
         """Paths to transform (others pass through); `None` means every present path."""
         return None
 
+    def check_state(self, state: Any) -> None:
+        """Raise a clear error if `state` was not made by this transformation's `init`."""
+        missing = [k for k in self.state_keys() if not isinstance(state, Mapping) or k not in state]
+        if missing:
+            found = list(state) if isinstance(state, Mapping) else type(state).__name__
+            raise KeyError(
+                f"{self.name}: expected the state made by its init, with keys "
+                f"{list(self.state_keys())}, got {found}; was it made by another "
+                "transformation's init?"
+            )
+
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""
         return init_slots(params, self.init_leaf, self.state_keys())
@@ -58,6 +70,7 @@ class ElementwiseTransform(Transformation):
         self, updates: Any, state: dict, params: Any = None, **extra: Any
     ) -> tuple[Any, dict]:
         """Apply `update_leaf` to every path present in `updates`."""
+        self.check_state(state)
         return update_slots(
             self.update_leaf,
             updates,

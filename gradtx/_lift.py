@@ -11,7 +11,8 @@ Per-leaf state lives in *slots*: `{slot_name: {path: array}}`, e.g. Adam's
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +26,15 @@ Slots = dict[str, dict[str, Any]]
 
 
 def compute_dtype(*arrays: Any) -> Any:
-    """The dtype per-leaf math runs in: at least float32 (hyperparameters are float32), so
-    `b2 = 0.999` never rounds to 1 in bfloat16; float64 stays float64."""
+    """The dtype per-leaf math runs in: at least float32, float64 stays float64.
+
+    Hyperparameters are float32, so `b2 = 0.999` never rounds to 1 for bfloat16 params.
+    """
     dtype = jnp.float32
-    for a in arrays:
-        dtype = jnp.promote_types(dtype, a.dtype)
+    # The dtypes are combined on purpose, so this must not fail under strict promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        for a in arrays:
+            dtype = jnp.promote_types(dtype, a.dtype)
     return dtype
 
 
@@ -46,7 +51,7 @@ def zeros_for(param: Any, dtype: Any = None) -> jax.Array:
         return jnp.zeros(param.shape, dtype, device=sharding)
     if not isinstance(param, jax.core.Tracer):
         return jnp.zeros_like(param, dtype=dtype)  # copies a concrete array's sharding
-    spec = getattr(jax.typeof(param).sharding, "spec", ())
+    spec = getattr(getattr(jax.typeof(param), "sharding", None), "spec", None) or ()
     if any(axis is not None for axis in spec):  # explicit sharding is known while tracing
         return jnp.zeros_like(param, dtype=dtype)
     if param.size == 0 or not jnp.issubdtype(param.dtype, jnp.inexact):
@@ -58,7 +63,9 @@ def _shape_dtype(x: Any) -> tuple[tuple, Any]:
     return tuple(np.shape(x)), getattr(x, "dtype", None)
 
 
-def init_slots(params: Any, leaf_init: Callable[[Any], dict], names: Iterable[str], where=None) -> Slots:
+def init_slots(
+    params: Any, leaf_init: Callable[[Any], dict], names: Iterable[str], where=None
+) -> Slots:
     """Build slots `{name: {path: leaf_init(param)[name]}}` for the non-`None` leaves.
 
     Args:
@@ -90,9 +97,7 @@ def _missing_state(owner: str, slot: str, path: str, known: dict) -> KeyError:
 def _params_by_path(params: Any, owner: str, required: bool) -> dict[str, Any] | None:
     if params is None:
         if required:
-            raise ValueError(
-                f"{owner} needs the params: call `tx.update(updates, state, params)`."
-            )
+            raise ValueError(f"{owner} needs the params: call `tx.update(updates, state, params)`.")
         return None
     paths, leaves, _ = flatten(params)
     return dict(zip(paths, leaves))

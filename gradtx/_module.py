@@ -11,7 +11,8 @@ equal transformation never recompiles a jitted step that takes it as an argument
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ __all__ = ["Module", "as_float", "as_int", "field", "hyperparam", "static"]
 
 
 def field(*, static: bool = False, converter: Callable | None = None, **kwargs: Any) -> Any:
-    """A dataclass field of a `Module`, optionally static and with a converter."""
+    """A dataclass field of a `Module`, optionally static, with `converter(value, name)`."""
     return dataclasses.field(metadata={"static": static, "converter": converter}, **kwargs)
 
 
@@ -43,7 +44,7 @@ def as_float(value: Any, name: str = "value") -> Any:
         return value
     try:
         array = jnp.asarray(value)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # a string like "1e-3" raises ValueError
         raise TypeError(
             f"`{name}` must be a number, an array, a schedule or a function of the step, "
             f"got {type(value).__name__}: {value!r}"
@@ -89,7 +90,7 @@ class Module:
     converts numbers to float32 array leaves. Converters run at construction (never when
     JAX rebuilds the object from leaves). Override `__check__` to validate arguments.
 
-    Example:
+    Examples:
         >>> class Scale(Module):
         ...     factor: Any = hyperparam()
         >>> jax.tree_util.tree_leaves(Scale(2.0))
@@ -111,10 +112,7 @@ class Module:
             convert = f.metadata.get("converter")
             if convert is not None:
                 value = getattr(self, f.name)
-                try:
-                    converted = convert(value, f"{type(self).__name__}.{f.name}")
-                except TypeError:
-                    converted = convert(value)
+                converted = convert(value, f"{type(self).__name__}.{f.name}")
                 object.__setattr__(self, f.name, converted)
         self.__check__()
 

@@ -40,7 +40,7 @@ def sgd(
     State:
         `trace/<path>` with momentum; `schedule_count/<path>` with a schedule.
 
-    Example:
+    Examples:
         >>> tx = gradtx.sgd(0.1, momentum=0.9)
         >>> params = {"w": jnp.ones(2)}
         >>> u, state = tx.update({"w": jnp.ones(2)}, tx.init(params))
@@ -82,7 +82,7 @@ def adam(
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
 
-    Example:
+    Examples:
         >>> tx = gradtx.adam(1e-3)
         >>> sorted(gradtx.state_dict(tx.init({"w": jnp.zeros(2)})))
         ['count/w', 'mu/w', 'nu/w']
@@ -92,7 +92,9 @@ def adam(
     """
     return optimizer(
         "adam",
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov),
+        scale_by_adam(
+            b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
+        ),
         scale_by_learning_rate(learning_rate),
     )
 
@@ -127,7 +129,7 @@ def adamw(
         nu_dtype: dtype of the second moment (default: the parameter's dtype).
         nesterov: use Nesterov momentum.
 
-    Example:
+    Examples:
         >>> tx = gradtx.adamw(1e-3, weight_decay=0.01, mask="**/kernel")
 
     References:
@@ -135,7 +137,9 @@ def adamw(
     """
     return optimizer(
         "adamw",
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov),
+        scale_by_adam(
+            b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
+        ),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

@@ -53,7 +53,7 @@ def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
     Paths are computed once per tree structure and cached, so repeated calls (one per traced
     `update`) cost a C++ flatten.
 
-    Example:
+    Examples:
         >>> flatten({"a": 1, "b": [2, None]})[0]
         ('a', 'b/0', 'b/1')
     """
@@ -71,7 +71,7 @@ def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
 def leaves(tree: Any) -> dict[str, Any]:
     """`{path: leaf}` for every leaf of `tree`, in tree order (`None` leaves included).
 
-    Example:
+    Examples:
         >>> leaves({"enc": {"layers": [{"w": 1.0}]}, "b": None})
         {'b': None, 'enc/layers/0/w': 1.0}
     """
@@ -91,7 +91,7 @@ def unflatten(like: Any, flat: dict[str, Any]) -> Any:
         like: a tree (or a `jax.tree_util.PyTreeDef` from `flatten`) giving the structure.
         flat: one value per path of `like`; `None` values are kept as `None` leaves.
 
-    Example:
+    Examples:
         >>> tree = {"a": 1.0, "b": [2.0, None]}
         >>> unflatten(tree, leaves(tree)) == tree
         True

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
@@ -118,7 +119,7 @@ def identity() -> Identity:
     Returns:
         A stateless transformation; `update` returns its input `updates` as is.
 
-    Example:
+    Examples:
         >>> tx = gradtx.identity()
         >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))[0]["w"]
         Array([1., 1.], dtype=float32)
@@ -131,7 +132,7 @@ def set_to_zero() -> SetToZero:
 
     `None` leaves stay `None`; each zero array has the update's shape and dtype.
 
-    Example:
+    Examples:
         >>> tx = gradtx.set_to_zero()
         >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
         Array([0., 0.], dtype=float32)
@@ -145,7 +146,7 @@ def scale(step_size: float | jnp.ndarray) -> Scale:
     Args:
         step_size: a number (stored as a float32 leaf, so a new value never recompiles).
 
-    Example:
+    Examples:
         >>> tx = gradtx.scale(0.5)
         >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
         Array([0.5, 0.5], dtype=float32)
@@ -162,7 +163,7 @@ def scale_by_schedule(step_size_fn: Module | Callable[[Any], Any]) -> ScaleBySch
     Args:
         step_size_fn: a `gradtx.schedules` schedule or any function `step -> value`.
 
-    Example:
+    Examples:
         >>> tx = gradtx.scale_by_schedule(gradtx.schedules.linear(1.0, 0.0, 10))
         >>> state = tx.init({"w": jnp.ones(2)})
         >>> state["schedule_count"]["w"]
@@ -186,10 +187,9 @@ def scale_by_learning_rate(
             `schedule_count` slot).
         flip_sign: negate (gradient descent). `False` gives `u = learning_rate * g`.
 
-    Example:
+    Examples:
         >>> tx = gradtx.scale_by_learning_rate(0.1)
         >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
         Array([-0.1, -0.1], dtype=float32)
     """
     return ScaleByLearningRate(learning_rate, flip_sign)
-

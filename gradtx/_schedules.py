@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -157,7 +158,8 @@ class PiecewiseConstant(Schedule):
     def __call__(self, step: Any) -> jax.Array:
         """`init * prod(scales[b] for b in boundaries if step >= b)`."""
         step = jnp.asarray(step)
-        reached = step[..., None] >= self.boundaries
+        boundaries = jnp.reshape(self.boundaries, (1,) * step.ndim + (-1,))
+        reached = step[..., None] >= boundaries
         factors = jnp.where(reached, self.scales, jnp.float32(1))
         return self.init_value * jnp.prod(factors, axis=-1)
 
@@ -173,7 +175,9 @@ class WarmupCosineDecay(Schedule):
     exponent: Any = hyperparam(1.0)
 
     def __check__(self) -> None:
-        concrete = not any(isinstance(x, jax.core.Tracer) for x in (self.warmup_steps, self.decay_steps))
+        concrete = not any(
+            isinstance(x, jax.core.Tracer) for x in (self.warmup_steps, self.decay_steps)
+        )
         if concrete and not 0 <= int(self.warmup_steps) < int(self.decay_steps):
             raise ValueError(
                 "warmup_cosine_decay: need 0 <= warmup_steps < decay_steps (decay_steps counts "
@@ -213,7 +217,7 @@ class Join(Schedule):
 def constant(value: float) -> Constant:
     """The same value at every step.
 
-    Example:
+    Examples:
         >>> gradtx.schedules.constant(0.1)(100)
         Array(0.1, dtype=float32)
     """
@@ -227,7 +231,9 @@ def polynomial(
     transition_steps: int,
     transition_begin: int = 0,
 ) -> Polynomial:
-    r"""Polynomial decay: $v(t) = (v_0 - v_1)(1 - \tau/T)^p + v_1$, $\tau = \mathrm{clip}(t - t_0, 0, T)$.
+    r"""Polynomial decay from `init_value` to `end_value`.
+
+    $v(t) = (v_0 - v_1)(1 - \tau/T)^p + v_1$ with $\tau = \mathrm{clip}(t - t_0, 0, T)$.
 
     Args:
         init_value: value before and at `transition_begin`.
@@ -236,7 +242,7 @@ def polynomial(
         transition_steps: length $T$ of the transition (positive).
         transition_begin: step $t_0$ at which the transition starts.
 
-    Example:
+    Examples:
         >>> gradtx.schedules.polynomial(1.0, 0.0, 2.0, 10)(5)
         Array(0.25, dtype=float32)
     """
@@ -254,7 +260,7 @@ def linear(
         transition_steps: length of the transition (positive).
         transition_begin: step at which the transition starts.
 
-    Example:
+    Examples:
         >>> gradtx.schedules.linear(0.0, 1.0, 4)(1)
         Array(0.25, dtype=float32)
     """
@@ -264,8 +270,10 @@ def linear(
 def cosine_decay(
     init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0
 ) -> CosineDecay:
-    r"""Cosine decay: $v(t) = v_0\left((1-\alpha)\,c(t)^e + \alpha\right)$,
-    $c(t) = \tfrac12(1 + \cos(\pi \min(t, T)/T))$ (Loshchilov & Hutter, 2017).
+    r"""Cosine decay from `init_value` to `alpha * init_value` (Loshchilov & Hutter, 2017).
+
+    $v(t) = v_0\left((1-\alpha)\,c(t)^e + \alpha\right)$ with
+    $c(t) = \tfrac12(1 + \cos(\pi \min(t, T)/T))$.
 
     Args:
         init_value: the value at step 0.
@@ -273,9 +281,12 @@ def cosine_decay(
         alpha: the final value as a fraction of `init_value`.
         exponent: the exponent $e$ of the cosine factor.
 
-    Example:
-        >>> gradtx.schedules.cosine_decay(1.0, 10)(5)
-        Array(0.5, dtype=float32)
+    Examples:
+        >>> sched = gradtx.schedules.cosine_decay(1.0, 10, alpha=0.1)
+        >>> sched(0), sched(10)
+        (Array(1., dtype=float32), Array(0.1, dtype=float32))
+        >>> round(float(sched(5)), 4)  # halfway: (1 + alpha) / 2, up to float32 rounding
+        0.55
     """
     return CosineDecay(init_value, decay_steps, alpha, exponent)
 
@@ -301,10 +312,12 @@ def warmup_cosine_decay(
         end_value: final value.
         exponent: exponent of the cosine factor.
 
-    Example:
+    Examples:
         >>> sched = gradtx.schedules.warmup_cosine_decay(0.0, 1.0, 10, 110)
-        >>> sched(10), sched(60), sched(200)
-        (Array(1., dtype=float32), Array(0.5, dtype=float32), Array(0., dtype=float32))
+        >>> sched(5), sched(10), sched(200)
+        (Array(0.5, dtype=float32), Array(1., dtype=float32), Array(0., dtype=float32))
+        >>> round(float(sched(60)), 4)  # halfway through the decay
+        0.5
     """
     return WarmupCosineDecay(init_value, peak_value, warmup_steps, decay_steps, end_value, exponent)
 
@@ -327,7 +340,7 @@ def exponential_decay(
         staircase: decay in whole steps of $T$ (floor the exponent).
         end_value: a bound the value never passes (a floor for decay, a ceiling for growth).
 
-    Example:
+    Examples:
         >>> gradtx.schedules.exponential_decay(1.0, 10, 0.5)(20)
         Array(0.25, dtype=float32)
     """
@@ -346,7 +359,7 @@ def piecewise_constant(
         boundaries_and_scales: `{step: scale}`; from `step` on the value is multiplied by
             `scale` (scales accumulate).
 
-    Example:
+    Examples:
         >>> sched = gradtx.schedules.piecewise_constant(1.0, {10: 0.1, 20: 0.5})
         >>> sched(9), sched(10), sched(25)
         (Array(1., dtype=float32), Array(0.1, dtype=float32), Array(0.05, dtype=float32))
@@ -367,7 +380,7 @@ def join(schedules: Sequence[Any], boundaries: Sequence[int]) -> Join:
         schedules: `n` schedules (or functions of the step).
         boundaries: `n - 1` increasing steps at which the next schedule takes over.
 
-    Example:
+    Examples:
         >>> warm = gradtx.schedules.linear(0.0, 1.0, 10)
         >>> sched = gradtx.schedules.join([warm, gradtx.schedules.constant(1.0)], [10])
         >>> sched(5), sched(50)

@@ -22,7 +22,8 @@ import fnmatch
 import functools
 import inspect
 import re
-from typing import Any, Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -102,7 +103,7 @@ def as_selector(selector: Any, argument: str = "selector") -> Selector:
         selector: a glob, list of globs, regex, bool pytree, or function.
         argument: the argument's name, used in error messages.
 
-    Example:
+    Examples:
         >>> as_selector(["**/kernel", "!head/**"])
         ['**/kernel', '!head/**']
     """
@@ -110,8 +111,10 @@ def as_selector(selector: Any, argument: str = "selector") -> Selector:
         return selector
     if isinstance(selector, str):
         return Selector("glob", (selector,))
-    if isinstance(selector, (list, tuple)) and selector and all(
-        isinstance(s, str) for s in selector
+    if (
+        isinstance(selector, (list, tuple))
+        and selector
+        and all(isinstance(s, str) for s in selector)
     ):
         return Selector("glob", tuple(selector))
     if isinstance(selector, re.Pattern):
@@ -147,7 +150,7 @@ def _glob_matches(glob: str, path: str) -> bool:
     pattern = glob.split("/")
     segments = path.split("/")
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def match(i: int, j: int) -> bool:
         if i == len(pattern):
             return True  # matched a prefix: the leaf lies under a selected subtree
@@ -243,7 +246,9 @@ def _select_set(tree: Any, sel: Selector, strict: bool, argument: str) -> set[st
     return _from_bools(items, tree_paths, strict, argument)
 
 
-def select(tree: Any, selector: Any, *, strict: bool = True, argument: str = "selector") -> list[str]:
+def select(
+    tree: Any, selector: Any, *, strict: bool = True, argument: str = "selector"
+) -> list[str]:
     """The paths of `tree` that `selector` picks, in tree order (`None` leaves are skipped).
 
     Args:
@@ -254,7 +259,7 @@ def select(tree: Any, selector: Any, *, strict: bool = True, argument: str = "se
             nothing, or when a bool tree has paths the tree lacks.
         argument: the argument's name, used in error messages.
 
-    Example:
+    Examples:
         >>> params = {"enc": {"w": 1.0, "b": 0.0}, "head": {"w": 1.0}}
         >>> select(params, ["**/w", "!head"])
         ['enc/w']
@@ -286,7 +291,7 @@ def resolve_labels(
     Returns:
         `{path: label}` in tree order.
 
-    Example:
+    Examples:
         >>> resolve_labels({"enc": {"w": 1.0}, "dec": {"w": 2.0}}, {"a": "enc", "b": "dec"})
         {'dec/w': 'b', 'enc/w': 'a'}
     """

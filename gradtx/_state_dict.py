@@ -71,7 +71,7 @@ def state_dict(state: Any) -> dict[str, Any]:
     Args:
         state: the state of any gradtx transformation (other pytrees work too).
 
-    Example:
+    Examples:
         >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3))
         >>> sorted(gradtx.state_dict(tx.init({"w": jnp.zeros(2)})))[:2]
         ['adamw/count/w', 'adamw/mu/w']
@@ -121,7 +121,7 @@ def load_state_dict(
     Returns:
         `(state, report)`: the state, and a `LoadReport` of what did not match.
 
-    Example:
+    Examples:
         >>> tx, params = gradtx.adam(1e-3), {"w": jnp.zeros(2)}
         >>> flat = gradtx.state_dict(tx.init(params))
         >>> state, report = gradtx.load_state_dict(tx, params, flat)
@@ -149,7 +149,7 @@ def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
     Returns:
         `(new_state, report)`.
 
-    Example:
+    Examples:
         >>> tx = gradtx.adam(1e-3)
         >>> state = tx.init({"w": jnp.ones(2)})
         >>> state, report = gradtx.reconcile(tx, state, {"w": jnp.ones(2), "b": jnp.ones(1)})

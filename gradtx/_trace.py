@@ -51,7 +51,7 @@ def trace(decay: float, nesterov: bool = False, *, accumulator_dtype: Any = None
     State:
         `trace/<path>` shaped like the parameter.
 
-    Example:
+    Examples:
         >>> tx = gradtx.trace(0.9)
         >>> state = tx.init({"w": jnp.zeros(2)})
         >>> u, state = tx.update({"w": jnp.ones(2)}, state)

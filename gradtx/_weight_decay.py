@@ -12,8 +12,8 @@ from gradtx._selectors import as_selector, select
 __all__ = ["add_decayed_weights"]
 
 
-def _optional_selector(mask: Any) -> Any:
-    return None if mask is None else as_selector(mask, "mask")
+def _optional_selector(mask: Any, name: str = "mask") -> Any:
+    return None if mask is None else as_selector(mask, name)
 
 
 class AddDecayedWeights(ElementwiseTransform):
@@ -52,7 +52,7 @@ def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecay
         mask: a selector of the paths to decay (globs, regex, bool tree or function; see
             `gradtx.paths`); default: every path. A mask that matches nothing raises at `init`.
 
-    Example:
+    Examples:
         >>> tx = gradtx.add_decayed_weights(0.1, mask="!**/bias")
         >>> params = {"w": jnp.ones(2), "bias": jnp.ones(2)}
         >>> u, _ = tx.update({"w": jnp.zeros(2), "bias": jnp.zeros(2)}, tx.init(params), params)

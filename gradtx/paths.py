@@ -6,7 +6,14 @@ path; every `mask=`, `where=` and label argument of gradtx accepts the same form
 """
 
 from gradtx._paths import DuplicatePathError, flatten, leaves, paths, unflatten
-from gradtx._selectors import LabelError, Selector, SelectorError, as_selector, resolve_labels, select
+from gradtx._selectors import (
+    LabelError,
+    Selector,
+    SelectorError,
+    as_selector,
+    resolve_labels,
+    select,
+)
 
 __all__ = [
     "DuplicatePathError",

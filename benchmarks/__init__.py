@@ -1,0 +1,1 @@
+"""Benchmarks: gradtx against optax, side by side in one process."""

@@ -1,0 +1,72 @@
+"""Optimizer configurations, each built the same way in gradtx and in optax."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    name: str
+    gradtx: Callable[[Any], Any]  # workload -> gradtx transformation
+    optax: Callable[[Any], Any]  # workload -> optax transformation
+    bytes_per_param: Callable[[int, int], int]  # (param bytes, state bytes) -> bytes moved
+
+
+def _adam_bytes(p: int, s: int) -> int:
+    # read g, p, mu, nu; write p, mu, nu (the gradient has the params' dtype)
+    return 3 * p + 2 * s + 2 * s
+
+
+def _sgd_bytes(p: int, s: int) -> int:
+    return 3 * p + 2 * s
+
+
+def _decay_mask(params: Any) -> Any:
+    import jax
+
+    return jax.tree_util.tree_map_with_path(lambda kp, _: "bias" not in str(kp[-1]), params)
+
+
+def configs() -> list[Config]:
+    import optax
+
+    import gradtx
+
+    f32 = np.float32
+
+    def g_adam(w):
+        return gradtx.adam(1e-3, mu_dtype=w.state_dtype, nu_dtype=w.state_dtype)
+
+    def o_adam(w):
+        return optax.adam(1e-3, b1=f32(0.9), b2=f32(0.999), mu_dtype=w.state_dtype)
+
+    def g_clipped(w):
+        sched = gradtx.schedules.warmup_cosine_decay(0.0, 1e-3, 100, 10_000)
+        return gradtx.chain(
+            gradtx.clip_by_global_norm(1.0),
+            gradtx.adamw(sched, weight_decay=0.01, mask="!**/bias", mu_dtype=w.state_dtype),
+        )
+
+    def o_clipped(w):
+        sched = optax.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000)
+        return optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.adamw(sched, weight_decay=0.01, mask=_decay_mask, mu_dtype=w.state_dtype),
+        )
+
+    def g_sgd(w):
+        return gradtx.sgd(1e-2, momentum=0.9, accumulator_dtype=w.state_dtype)
+
+    def o_sgd(w):
+        return optax.sgd(1e-2, momentum=0.9, accumulator_dtype=w.state_dtype)
+
+    return [
+        Config("adam", g_adam, o_adam, _adam_bytes),
+        Config("clip+adamw(cosine, mask)", g_clipped, o_clipped, _adam_bytes),
+        Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
+    ]

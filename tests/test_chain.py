@@ -1,0 +1,256 @@
+"""chain and named_chain: names, flat optimizer chains, and mixing with optax."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradtx
+from gradtx._chain import Chain
+
+B1, B2, EPS = np.float32(0.9), np.float32(0.999), np.float32(1e-8)
+
+
+def _params():
+    return {"enc": {"w": jnp.asarray([[0.5, -1.0], [2.0, 0.1]]), "b": jnp.asarray([0.0, 0.3])}}
+
+
+def _grads(step):
+    return {
+        "enc": {
+            "w": jnp.asarray([[1.0, -2.0], [0.5, 3.0]]) * (1.0 + step),
+            "b": jnp.asarray([-0.2, 0.7]) / (1.0 + step),
+        }
+    }
+
+
+def _run(tx, steps=4, **extra):
+    params = _params()
+    state = tx.init(params)
+    history = []
+    for i in range(steps):
+        updates, state = tx.update(_grads(i), state, params, **extra)
+        params = gradtx.apply_updates(params, updates)
+        history.append(updates)
+    return params, state, history
+
+
+def _assert_trees_equal(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def test_default_names_with_suffixes_on_repeats():
+    tx = gradtx.chain(gradtx.scale(2.0), gradtx.clip(1.0), gradtx.scale(3.0), gradtx.scale(0.5))
+    assert tx.names == ("scale", "clip", "scale_2", "scale_3")
+    assert list(tx.init(_params())) == ["scale", "clip", "scale_2", "scale_3"]
+    updates, _ = tx.update({"w": jnp.asarray([0.1, 1.0])}, tx.init({"w": jnp.zeros(2)}))
+    np.testing.assert_allclose(updates["w"], [0.3, 1.5], rtol=1e-6)  # 0.1*2*3/2, clip(2)*3/2
+
+
+def test_chain_state_is_keyed_by_child_name():
+    tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1), gradtx.trace(0.5))
+    state = tx.init(_params())
+    assert list(state) == ["clip_by_global_norm", "adam", "trace"]
+    assert set(state["adam"]) == {"mu", "nu", "count"}
+    assert set(state["adam"]["mu"]) == {"enc/b", "enc/w"}
+    assert set(state["trace"]) == {"trace"}
+
+
+def test_nested_chains_are_named_chain():
+    inner = gradtx.chain(gradtx.scale(2.0))
+    tx = gradtx.chain(inner, gradtx.chain(gradtx.scale(3.0)))
+    assert tx.names == ("chain", "chain_2")
+    assert tx.init(_params()) == {"chain": {"scale": {}}, "chain_2": {"scale": {}}}
+
+
+def test_named_chain_uses_the_given_names():
+    tx = gradtx.named_chain(
+        ("clip", gradtx.clip_by_global_norm(1.0)),
+        ("opt", gradtx.adam(0.1)),
+        ("opt2", gradtx.sgd(0.1, momentum=0.9)),
+    )
+    assert tx.names == ("clip", "opt", "opt2")
+    state = tx.init(_params())
+    assert list(state) == ["clip", "opt", "opt2"]
+    assert set(gradtx.state_dict(state)) == {
+        "clip/global_norm",
+        *(f"opt/{s}/enc/{n}" for s in ("mu", "nu", "count") for n in ("w", "b")),
+        *(f"opt2/trace/enc/{n}" for n in ("w", "b")),
+    }
+
+
+def test_named_chain_equals_chain_numerically():
+    a = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1))
+    b = gradtx.named_chain(("c", gradtx.clip_by_global_norm(1.0)), ("o", gradtx.adam(0.1)))
+    pa, sa, _ = _run(a)
+    pb, sb, _ = _run(b)
+    _assert_trees_equal(pa, pb)
+    _assert_trees_equal(sa["adam"], sb["o"])
+
+
+# --- flat optimizer chains ---------------------------------------------------------------------
+
+
+def test_optimizers_are_flat_chains():
+    adam = gradtx.adam(0.1)
+    assert isinstance(adam, Chain) and adam.flat
+    assert adam.names == ("scale_by_adam", "scale_by_learning_rate")
+    assert list(adam.init(_params())) == ["mu", "nu", "count"]
+    adamw = gradtx.adamw(gradtx.schedules.constant(0.1))
+    assert adamw.names == ("scale_by_adam", "add_decayed_weights", "scale_by_learning_rate")
+    assert list(adamw.init(_params())) == ["mu", "nu", "count", "schedule_count"]
+    assert list(gradtx.sgd(0.1).init(_params())) == []
+    assert list(gradtx.sgd(0.1, momentum=0.9).init(_params())) == ["trace"]
+
+
+def test_repeated_optimizers_in_a_chain():
+    tx = gradtx.chain(gradtx.adam(0.1), gradtx.adam(0.2))
+    assert tx.names == ("adam", "adam_2")
+    state = tx.init(_params())
+    assert list(state["adam_2"]) == ["mu", "nu", "count"]
+
+
+def test_flat_optimizer_equals_nested_chain_of_its_parts():
+    flat = gradtx.adam(0.1, B1, B2, EPS)
+    nested = gradtx.chain(gradtx.scale_by_adam(B1, B2, EPS), gradtx.scale_by_learning_rate(0.1))
+    pf, sf, _ = _run(flat)
+    pn, sn, _ = _run(nested)
+    _assert_trees_equal(pf, pn)
+    _assert_trees_equal(sf, sn["scale_by_adam"])
+
+    sgd = gradtx.sgd(0.1, momentum=0.9, nesterov=True)
+    parts = gradtx.chain(gradtx.trace(0.9, nesterov=True), gradtx.scale_by_learning_rate(0.1))
+    _assert_trees_equal(_run(sgd)[0], _run(parts)[0])
+
+
+def test_flat_chain_with_colliding_state_keys_is_an_error():
+    a, b = gradtx.scale_by_adam(), gradtx.scale_by_adam(nesterov=True)
+    with pytest.raises(ValueError, match=r"both keep state 'mu'"):
+        Chain((a, b), ("first", "second"), "opt", flat=True)
+
+
+# --- optax interoperability --------------------------------------------------------------------
+
+
+def test_optax_transformations_inside_gradtx_chain():
+    with jax.numpy_dtype_promotion("standard"):
+        ours = gradtx.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.scale_by_adam(b1=B1, b2=B2, eps=EPS),
+            optax.scale(-0.1),
+        )
+        theirs = optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.scale_by_adam(b1=B1, b2=B2, eps=EPS),
+            optax.scale(-0.1),
+        )
+        assert ours.names == ("clip_by_global_norm", "scale_by_adam", "scale")
+        p_ours, s_ours, u_ours = _run(ours)
+        p_theirs, _, u_theirs = _run(theirs)
+    _assert_trees_equal(p_ours, p_theirs)
+    _assert_trees_equal(u_ours, u_theirs)
+    assert list(s_ours) == ["clip_by_global_norm", "scale_by_adam", "scale"]
+    # ... and the same numbers as the pure gradtx version.
+    pure = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1, B1, B2, EPS))
+    p_pure, _, u_pure = _run(pure)
+    for a, b in zip(jax.tree.leaves(u_ours), jax.tree.leaves(u_pure)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+    for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_pure)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_gradtx_transformations_inside_optax_chain():
+    inside = optax.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1, B1, B2, EPS))
+    pure = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1, B1, B2, EPS))
+    p_in, s_in, u_in = _run(inside)
+    p_pure, s_pure, u_pure = _run(pure)
+    _assert_trees_equal(p_in, p_pure)
+    _assert_trees_equal(u_in, u_pure)
+    assert isinstance(s_in, tuple) and len(s_in) == 2
+    _assert_trees_equal(s_in[1], s_pure["adam"])
+    # ... and the same numbers as pure optax.
+    with jax.numpy_dtype_promotion("standard"):
+        p_optax, _, _ = _run(
+            optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1, B1, B2, EPS))
+        )
+    for a, b in zip(jax.tree.leaves(p_in), jax.tree.leaves(p_optax)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_gradtx_inside_optax_under_jit():
+    tx = optax.chain(gradtx.clip(0.5), gradtx.sgd(0.1, momentum=0.9))
+
+    @jax.jit
+    def step(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    params = _params()
+    state = tx.init(params)
+    params, state = step(params, state, _grads(0))
+    expected = _params()["enc"]["w"] - 0.1 * jnp.clip(_grads(0)["enc"]["w"], -0.5, 0.5)
+    np.testing.assert_allclose(params["enc"]["w"], expected, rtol=1e-6)
+
+
+def test_extra_arguments_reach_optax_and_are_ignored_by_gradtx():
+    seen = {}
+
+    def init(params):
+        return ()
+
+    def update(updates, state, params=None, **extra):
+        seen.update(extra)
+        return updates, state
+
+    tx = gradtx.chain(optax.GradientTransformationExtraArgs(init, update), gradtx.scale(2.0))
+    updates, _ = tx.update(_grads(0), tx.init(_params()), _params(), value=jnp.float32(3.0))
+    assert float(seen["value"]) == 3.0
+    _assert_trees_equal(updates, jax.tree.map(lambda g: 2.0 * g, _grads(0)))
+    # a plain optax transformation without **extra gets none
+    plain = gradtx.chain(optax.scale(0.5))
+    updates, _ = plain.update(_grads(0), plain.init(_params()), None, value=1.0)
+    _assert_trees_equal(updates, jax.tree.map(lambda g: 0.5 * g, _grads(0)))
+
+
+# --- empty chain -------------------------------------------------------------------------------
+
+
+def test_empty_chain_is_identity():
+    tx = gradtx.chain()
+    params = _params()
+    state = tx.init(params)
+    assert state == {}
+    grads = _grads(0)
+    updates, new_state = tx.update(grads, state, params)
+    assert updates is grads
+    assert new_state == {}
+    assert gradtx.named_chain().init(params) == {}
+
+
+def test_chain_with_identity_equals_the_transform():
+    a = gradtx.chain(gradtx.identity(), gradtx.adam(0.1))
+    b = gradtx.adam(0.1)
+    _assert_trees_equal(_run(a)[0], _run(b)[0])
+
+
+class _Halve:
+    def init(self, params):
+        return {}
+
+    def update(self, updates, state, params=None):
+        return jax.tree.map(lambda g: 0.5 * g, updates), state
+
+
+def test_foreign_names_come_from_the_object():
+    tx = gradtx.chain(
+        _Halve(), optax.GradientTransformation(lambda p: (), lambda u, s, p=None: (u, s))
+    )
+    assert tx.names == ("_Halve", "transform")
+    updates, _ = tx.update(_grads(0), tx.init(_params()))
+    _assert_trees_equal(updates, jax.tree.map(lambda g: 0.5 * g, _grads(0)))

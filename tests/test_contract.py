@@ -1,0 +1,517 @@
+"""The contract every public transformation and optimizer keeps, run over `registry.REGISTRY`."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from registry import NON_TRANSFORMATIONS, REGISTRY, covered_names
+
+import gradtx
+
+N_STEPS = 20
+PARAM_SHAPES = {
+    "enc/w": (3, 4),
+    "enc/b": (4,),
+    "layers/0/w": (2, 3),
+    "layers/1/w": (2,),
+    "layers/1/s": (),
+}
+
+
+def _random(shape: tuple, rng: np.random.Generator, dtype: Any = np.float32) -> jax.Array:
+    return jnp.asarray(rng.normal(size=shape).astype(np.float32), dtype)
+
+
+def make_tree(values: dict[str, Any]) -> dict:
+    """The contract's params layout (nested dicts, a list, a scalar and a `None` leaf)."""
+    return {
+        "enc": {"w": values["enc/w"], "b": values["enc/b"]},
+        "layers": [
+            {"w": values["layers/0/w"]},
+            {"w": values["layers/1/w"], "s": values["layers/1/s"]},
+        ],
+        "frozen": None,
+    }
+
+
+def _make_params(dtype: Any = np.float32) -> dict:
+    rng = np.random.default_rng(0)
+    return make_tree({p: _random(s, rng, dtype) for p, s in PARAM_SHAPES.items()})
+
+
+def _make_grads(dtype: Any = np.float32) -> list[dict]:
+    rng = np.random.default_rng(1)
+    return [
+        make_tree({p: _random(s, rng, dtype) for p, s in PARAM_SHAPES.items()})
+        for _ in range(N_STEPS)
+    ]
+
+
+PARAMS = _make_params()
+GRADS = _make_grads()
+GRAD_STACK = jax.tree.map(lambda *xs: jnp.stack(xs), *GRADS)
+
+ENTRIES = [pytest.param(e, id=e.id) for e in REGISTRY]
+DESCENT = [pytest.param(e, id=e.id) for e in REGISTRY if e.converges]
+ORACLES = [pytest.param(e, id=e.id) for e in REGISTRY if e.oracle is not None]
+STATE_DTYPE = [pytest.param(e, id=e.id) for e in REGISTRY if e.with_state_dtype is not None]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def flat(tree: Any) -> dict[str, Any]:
+    """`{path: leaf}` rendered with JAX's own key paths (`None` leaves skipped)."""
+    kps, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(kp, simple=True, separator="/"): x for kp, x in kps}
+
+
+def signature(tree: Any) -> tuple:
+    """Structure plus `(shape, dtype, weak_type)` of every leaf."""
+    leaves = jax.tree.leaves(tree)
+    return jax.tree.structure(tree), [
+        (tuple(np.shape(x)), jnp.dtype(x.dtype), bool(getattr(jax.typeof(x), "weak_type", False)))
+        if not isinstance(x, jax.ShapeDtypeStruct)
+        else (tuple(x.shape), jnp.dtype(x.dtype), bool(x.weak_type))
+        for x in leaves
+    ]
+
+
+def assert_trees_equal(a: Any, b: Any) -> None:
+    """Same structure and bit-for-bit equal leaves of equal dtypes."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def assert_trees_close(a: Any, b: Any, rtol: float) -> None:
+    """Same structure and dtypes; leaves equal within `rtol`, relative to each leaf's largest
+    magnitude (float32 rounding of a sum of terms is relative to the terms, not the sum)."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert x.dtype == y.dtype
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        atol = rtol * float(np.max(np.abs(y), initial=0.0))
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def step_fn(tx: Any):
+    def step(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return gradtx.apply_updates(params, updates), state, updates
+
+    return step
+
+
+def run_eager(tx: Any, params: Any, grads_seq: list, state: Any = None):
+    """Apply `tx` for each gradient of `grads_seq`, op by op; returns params, state, updates."""
+    state = tx.init(params) if state is None else state
+    step = step_fn(tx)
+    history = []
+    for grads in grads_seq:
+        params, state, updates = step(params, state, grads)
+        history.append(updates)
+    return params, state, history
+
+
+_SHARED: dict[str, tuple[Any, list]] = {}
+
+
+def shared_step(entry: Any) -> tuple[Any, list]:
+    """One jitted `step(tx, params, state, grads)` per entry, the transformation passed as an
+    argument (built once, reused by several tests), and the log of its traces."""
+    if entry.id not in _SHARED:
+        traces: list = []
+
+        def step(tx, params, state, grads):
+            traces.append(1)
+            return step_fn(tx)(params, state, grads)
+
+        _SHARED[entry.id] = (jax.jit(step), traces)
+    return _SHARED[entry.id]
+
+
+def quadratic(params: Any) -> jax.Array:
+    """`sum_i 0.5 * a_i * (p_i - c_i)^2` with curvatures `a_i` in [0.5, 2]."""
+    total = jnp.zeros((), jnp.float32)
+    for path, p in flat(params).items():
+        n = max(p.size, 1)
+        a = jnp.linspace(0.5, 2.0, n, dtype=jnp.float32).reshape(p.shape)
+        c = jnp.full(p.shape, 0.3, jnp.float32) if path.endswith("b") else jnp.ones(p.shape)
+        total = total + jnp.sum(0.5 * a * (p - c) ** 2)
+    return total
+
+
+# --- the registry covers the public API ---------------------------------------------------------
+
+
+def test_registry_covers_every_public_transformation():
+    public = set(gradtx.__all__) - NON_TRANSFORMATIONS
+    missing = sorted(public - covered_names())
+    assert not missing, f"public transformations without a registry entry: {missing}"
+
+
+def test_registry_lists_are_current():
+    assert NON_TRANSFORMATIONS <= set(gradtx.__all__), sorted(
+        NON_TRANSFORMATIONS - set(gradtx.__all__)
+    )
+    assert covered_names() <= set(gradtx.__all__)
+    ids = [e.id for e in REGISTRY]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_make_gives_a_transformation(entry):
+    tx = entry.make(entry.scalar)
+    assert isinstance(tx, gradtx.Transformation)
+    assert entry.make(entry.scalar) is not tx
+
+
+# --- numerics -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", DESCENT)
+def test_converges_on_quadratic(entry):
+    """The loss falls by at least 100x within 200 steps."""
+    tx = entry.make(entry.scalar)
+
+    @jax.jit
+    def run(params):
+        def body(carry, _):
+            params, state = carry
+            grads = jax.grad(quadratic)(params)
+            updates, state = tx.update(grads, state, params)
+            return (gradtx.apply_updates(params, updates), state), None
+
+        (params, _), _ = jax.lax.scan(body, (params, tx.init(params)), None, length=200)
+        return params
+
+    final = run(PARAMS)
+    assert final["frozen"] is None
+    start, end = float(quadratic(PARAMS)), float(quadratic(final))
+    assert end < start / 100, (start, end)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_matches_numpy_reference(entry):
+    """20 steps equal the float64 NumPy reference within float32 rounding."""
+    tx = entry.make(entry.scalar)
+    reference = entry.reference(entry.scalar)
+    params, _, history = run_eager(tx, PARAMS, GRADS)
+
+    ref_params = {p: np.asarray(x, np.float64) for p, x in flat(PARAMS).items()}
+    # float32 rounding of the params grows with the sizes of the terms added up
+    magnitude = {p: np.abs(x) for p, x in ref_params.items()}
+    ref_state = reference.init(ref_params)
+    for k, grads in enumerate(GRADS):
+        ref_updates, ref_state = reference.update(
+            {p: np.asarray(g, np.float64) for p, g in flat(grads).items()}, ref_state, ref_params
+        )
+        ref_params = {p: x + ref_updates[p] for p, x in ref_params.items()}
+        got = flat(history[k])
+        assert set(got) == set(ref_updates)
+        for path, u in got.items():
+            want = ref_updates[path]
+            magnitude[path] = magnitude[path] + np.abs(want)
+            np.testing.assert_allclose(
+                np.asarray(u, np.float64),
+                want,
+                rtol=1e-5,
+                atol=1e-6 * float(np.max(np.abs(want), initial=0.0)),
+                err_msg=f"step {k}, path {path}",
+            )
+    for path, p in flat(params).items():
+        error = np.abs(np.asarray(p, np.float64) - ref_params[path])
+        assert np.all(error <= 1e-5 * magnitude[path]), (path, error, magnitude[path])
+
+
+@pytest.mark.parametrize("entry", ORACLES)
+def test_matches_optax(entry):
+    tx = entry.make(entry.scalar)
+    params, _, history = run_eager(tx, PARAMS, GRADS)
+
+    oracle = entry.oracle(entry.scalar)
+    with jax.numpy_dtype_promotion("standard"):
+        o_params = PARAMS
+        o_state = oracle.init(o_params)
+        for k, grads in enumerate(GRADS):
+            o_updates, o_state = oracle.update(grads, o_state, o_params)
+            o_params = jax.tree.map(lambda p, u: p + u, o_params, o_updates)
+            assert_trees_close(history[k], o_updates, rtol=1e-6)
+    assert_trees_close(params, o_params, rtol=1e-6)
+
+
+# --- state structure and dtypes -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_state_structure_is_stable(entry):
+    tx = entry.make(entry.scalar)
+    init = tx.init(PARAMS)
+    _, eager, _ = run_eager(tx, PARAMS, GRADS[:2])
+    _, jitted, _ = shared_step(entry)[0](tx, PARAMS, init, GRADS[0])
+    assert signature(eager) == signature(init)
+    assert signature(jitted) == signature(init)
+    # the state's float slots follow the float32 params
+    for key, x in gradtx.state_dict(init).items():
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            assert x.dtype == jnp.float32, key
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_init_accepts_shape_dtype_structs(entry):
+    tx = entry.make(entry.scalar)
+    expected = signature(tx.init(PARAMS))
+    structs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), PARAMS)
+    assert signature(tx.init(structs)) == expected
+    assert signature(jax.eval_shape(tx.init, structs)) == expected
+    assert signature(jax.eval_shape(tx.init, PARAMS)) == expected
+
+
+def _param_slots(state: Any, params: Any) -> dict[str, tuple[str, Any]]:
+    """State entries that belong to one parameter and have its shape: `{key: (path, leaf)}`."""
+    by_path = flat(params)
+    out = {}
+    for key, x in gradtx.state_dict(state).items():
+        for path, p in by_path.items():
+            if key.endswith("/" + path) and np.ndim(p) > 0 and np.shape(x) == np.shape(p):
+                out[key] = (path, x)
+    return out
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_bf16_params_default_state(entry):
+    params = _make_params(jnp.bfloat16)
+    grads = _make_grads(jnp.bfloat16)[:3]
+    tx = entry.make(entry.scalar)
+    init = tx.init(params)
+    for key, (_, x) in _param_slots(init, params).items():
+        assert x.dtype == jnp.bfloat16, key
+    new_params, state, history = run_eager(tx, params, grads)
+    assert signature(state) == signature(init)
+    for updates in history:
+        for path, u in flat(updates).items():
+            assert u.dtype == jnp.bfloat16, path
+            assert bool(jnp.all(jnp.isfinite(u))), path
+    for path, p in flat(new_params).items():
+        assert p.dtype == jnp.bfloat16, path
+
+    # The first step agrees with the float32 computation on the same (bf16) values.
+    up32 = jax.tree.map(lambda x: x.astype(jnp.float32), params)
+    g32 = jax.tree.map(lambda x: x.astype(jnp.float32), grads[0])
+    u32, _ = tx.update(g32, tx.init(up32), up32)
+    for path, u in flat(history[0]).items():
+        want = np.asarray(flat(u32)[path], np.float64)
+        scale = float(np.max(np.abs(want), initial=0.0))
+        np.testing.assert_allclose(
+            np.asarray(u, np.float64), want, rtol=1e-2, atol=1e-2 * scale, err_msg=path
+        )
+
+
+@pytest.mark.parametrize("entry", STATE_DTYPE)
+def test_bf16_params_float32_state(entry):
+    params = _make_params(jnp.bfloat16)
+    grads = _make_grads(jnp.bfloat16)[:3]
+    tx = entry.with_state_dtype(entry.scalar, jnp.float32)
+    init = tx.init(params)
+    floats = {
+        k: x for k, x in gradtx.state_dict(init).items() if jnp.issubdtype(x.dtype, jnp.floating)
+    }
+    assert floats, "a transformation with a state dtype option keeps float state"
+    for key, x in floats.items():
+        assert x.dtype == jnp.float32, key
+    new_params, state, history = run_eager(tx, params, grads, init)
+    assert signature(state) == signature(init)
+    for updates in history:
+        for path, u in flat(updates).items():
+            assert u.dtype == jnp.bfloat16, path
+            assert bool(jnp.all(jnp.isfinite(u))), path
+    for path, p in flat(new_params).items():
+        assert p.dtype == jnp.bfloat16, path
+        assert not np.array_equal(np.asarray(p), np.asarray(flat(params)[path])), path
+
+
+# --- compilation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_no_recompilation_on_second_step(entry):
+    """Later steps, each with an equal but freshly built transformation, reuse the first
+    compilation."""
+    step, traces = shared_step(entry)
+    params, state = PARAMS, entry.make(entry.scalar).init(PARAMS)
+    for grads in GRADS[:3]:
+        params, state, _ = step(entry.make(entry.scalar), params, state, grads)
+    assert len(traces) == 1
+    assert step._cache_size() == 1
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_new_scalar_does_not_recompile(entry):
+    """A new scalar passed to a jitted step, or a new transformation passed as an argument,
+    reuses the compiled step."""
+    a, b = entry.sweep[0], entry.sweep[2]
+    _, state, _ = run_eager(entry.make(entry.scalar), PARAMS, GRADS[:2])
+    traces = []
+
+    @jax.jit
+    def step(scalar, params, state, grads):
+        traces.append(1)
+        return step_fn(entry.make(scalar))(params, state, grads)
+
+    out_a = step(jnp.float32(a), PARAMS, state, GRADS[2])
+    out_b = step(jnp.float32(b), PARAMS, state, GRADS[2])
+    assert len(traces) == 1
+    assert step._cache_size() == 1
+
+    # the transformation itself as the argument of a jitted step
+    passed, passed_traces = shared_step(entry)
+    out_a2 = passed(entry.make(a), PARAMS, state, GRADS[2])
+    out_b2 = passed(entry.make(b), PARAMS, state, GRADS[2])
+    assert len(passed_traces) == 1
+    assert passed._cache_size() == 1
+    assert_trees_close(out_a, out_a2, 1e-6)
+    assert_trees_close(out_b, out_b2, 1e-6)
+    assert_trees_close(out_a, step_fn(entry.make(a))(PARAMS, state, GRADS[2]), 1e-6)
+    assert_trees_close(out_b, step_fn(entry.make(b))(PARAMS, state, GRADS[2]), 1e-6)
+    if entry.uses_scalar:
+        assert not all(
+            np.array_equal(x, y) for x, y in zip(jax.tree.leaves(out_a), jax.tree.leaves(out_b))
+        )
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_vmap_over_stacked_scalar(entry):
+    """Three values of the scalar run as one program; each slice is the separate run."""
+    scalars = jnp.asarray(entry.sweep, jnp.float32)
+    # The state comes in as an argument, as in training: the first step is not constant-folded.
+    state = entry.make(entry.scalar).init(PARAMS)
+
+    def run(tx, state):
+        params, state, history = run_eager(tx, PARAMS, GRADS[:2], state)
+        return params, state, history[-1]
+
+    if entry.uses_scalar:
+        # a stack of three transformations, built by vmapping the constructor
+        stacked = jax.vmap(entry.make)(scalars)
+        assert jax.tree.structure(stacked) == jax.tree.structure(entry.make(entry.scalar))
+        assert all(x.shape[0] == 3 for x in jax.tree.leaves(stacked))
+        swept = jax.jit(jax.vmap(run, (0, None)))(stacked, state)
+    else:
+        swept = jax.jit(jax.vmap(lambda s, state: run(entry.make(s), state), (0, None)))(
+            scalars, state
+        )
+    for i in range(3):
+        single = run(entry.make(entry.sweep[i]), state)
+        assert_trees_close(jax.tree.map(lambda x, i=i: x[i], swept), single, rtol=1e-6)
+
+
+# --- protocol -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_unknown_extra_arguments_are_ignored(entry):
+    tx = entry.make(entry.scalar)
+    state = tx.init(PARAMS)
+    plain = tx.update(GRADS[0], state, PARAMS)
+    extra = tx.update(GRADS[0], state, PARAMS, foo=1, value=2.0)
+    assert_trees_equal(plain, extra)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_params_requirement(entry):
+    tx = entry.make(entry.scalar)
+    state = tx.init(PARAMS)
+    if entry.needs_params:
+        with pytest.raises(ValueError, match="needs the params"):
+            tx.update(GRADS[0], state)
+    else:
+        assert_trees_equal(tx.update(GRADS[0], state), tx.update(GRADS[0], state, PARAMS))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_state_dict_save_load_continue(entry):
+    tx = entry.make(entry.scalar)
+    full_params, full_state, full_history = run_eager(tx, PARAMS, GRADS[:8])
+
+    mid_params, mid_state, _ = run_eager(tx, PARAMS, GRADS[:4])
+    flat_state = gradtx.state_dict(mid_state)
+    on_disk = {k: np.array(v) for k, v in flat_state.items()}  # host copies, as a checkpoint
+    for checkpoint in (flat_state, on_disk):
+        restored, report = gradtx.load_state_dict(tx, mid_params, checkpoint)
+        assert report.clean, str(report)
+        assert_trees_equal(restored, mid_state)
+        params, state, history = run_eager(tx, mid_params, GRADS[4:8], state=restored)
+        assert_trees_equal(params, full_params)
+        assert_trees_equal(state, full_state)
+        assert_trees_equal(history, full_history[4:])
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_donated_step_matches_undonated(entry):
+    """The same step with params and state donated gives bit-for-bit the same results."""
+    tx = entry.make(entry.scalar)
+    plain = functools.partial(shared_step(entry)[0], tx)
+    donated = functools.partial(
+        jax.jit(lambda tx, *args: step_fn(tx)(*args), donate_argnums=(1, 2)), tx
+    )
+
+    p1, s1 = PARAMS, tx.init(PARAMS)
+    p2 = jax.tree.map(jnp.copy, PARAMS)
+    s2 = tx.init(p2)
+    for grads in GRADS[:4]:
+        p1, s1, u1 = plain(p1, s1, grads)
+        old = jax.tree.leaves(p2)
+        p2, s2, u2 = donated(p2, s2, grads)
+        assert all(x.is_deleted() for x in old)  # the buffers were donated
+        assert_trees_equal(u1, u2)
+    assert_trees_equal(p1, p2)
+    assert_trees_equal(s1, s2)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_inside_lax_scan(entry):
+    tx = entry.make(entry.scalar)
+
+    @jax.jit
+    def run(params, state, grad_stack):
+        def body(carry, grads):
+            params, state, updates = step_fn(tx)(*carry, grads)
+            return (params, state), updates
+
+        (params, state), history = jax.lax.scan(body, (params, state), grad_stack)
+        return params, state, history
+
+    params, state, history = run(PARAMS, tx.init(PARAMS), GRAD_STACK)
+    e_params, e_state, e_history = run_eager(tx, PARAMS, GRADS)
+    assert_trees_close(params, e_params, rtol=1e-6)
+    assert_trees_close(state, e_state, rtol=1e-6)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *e_history)
+    assert_trees_close(history, stacked, rtol=1e-6)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_none_gradient_leaves_keep_their_state(entry):
+    tx = entry.make(entry.scalar)
+    _, state, _ = run_eager(tx, PARAMS, GRADS[:1])
+    grads = {**GRADS[1], "enc": {"w": None, "b": GRADS[1]["enc"]["b"]}}
+    params, new_state, (updates,) = run_eager(tx, PARAMS, [grads], state=state)
+
+    assert updates["enc"]["w"] is None
+    assert updates["frozen"] is None
+    assert jax.tree.structure(updates) == jax.tree.structure(grads)
+    np.testing.assert_array_equal(np.asarray(params["enc"]["w"]), np.asarray(PARAMS["enc"]["w"]))
+    before, after = gradtx.state_dict(state), gradtx.state_dict(new_state)
+    assert set(before) == set(after)
+    for key in before:
+        if key.endswith("/enc/w"):
+            assert after[key].dtype == before[key].dtype
+            np.testing.assert_array_equal(np.asarray(after[key]), np.asarray(before[key]), key)
+        if key.endswith("count/enc/b"):
+            assert int(after[key]) == 2 and int(after[key.replace("enc/b", "enc/w")]) == 1
