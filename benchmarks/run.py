@@ -106,6 +106,8 @@ def run(workloads: list[W.Workload], reps: int, eager_reps: int, rounds: int) ->
         p_bytes = np.dtype(jnp.dtype(workload.dtype)).itemsize
         s_bytes = np.dtype(jnp.dtype(workload.state_dtype or workload.dtype)).itemsize
         for config in configs():
+            if workload.only_config not in (None, config.name):
+                continue
             runs: dict[str, list[dict]] = {"gradtx": [], "optax": []}
             for _ in range(rounds):  # alternate, so drift hits both libraries alike
                 for lib in ("gradtx", "optax"):
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
             W.bf16_f32_state(),
             *W.leaf_sweep(),
         ]
-        reps, eager_reps, rounds = 20, 2, 3
+        reps, eager_reps, rounds = 10, 2, 1
     workloads = [w for w in workloads if args.only in w.name]
     print(
         f"jax {jax.__version__} on {jax.default_backend()}; times are medians in ms; "

@@ -14,6 +14,7 @@ class Workload:
     shapes: dict[str, tuple[int, ...]]
     dtype: str = "float32"
     state_dtype: str | None = None  # mu/nu dtype when it differs from the params'
+    only_config: str | None = None  # run just this configuration (the leaf-count sweep)
 
     @property
     def num_params(self) -> int:
@@ -85,5 +86,8 @@ def bf16_f32_state(layers: int = 12) -> Workload:
 
 def leaf_sweep(total: int = 4 * 1024 * 1024, counts=(100, 500, 2000, 8000)) -> list[Workload]:
     return [
-        Workload(f"sweep {n} leaves", {f"l/{i}": (total // n,) for i in range(n)}) for n in counts
+        Workload(
+            f"sweep {n} leaves", {f"l/{i}": (total // n,) for i in range(n)}, only_config="adam"
+        )
+        for n in counts
     ]

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gradtx._dispatch import eager_dispatch
 from gradtx._paths import flatten
 
 __all__ = ["apply_updates"]
@@ -35,6 +36,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
     u_paths, u_leaves, _ = flatten(updates)
     index = {path: i for i, path in enumerate(p_paths)}
     out = list(p_leaves)
+    targets, pairs = [], []
     for path, u in zip(u_paths, u_leaves):
         if u is None:
             continue
@@ -44,13 +46,26 @@ def apply_updates(params: Any, updates: Any) -> Any:
                 f"apply_updates: there is an update for path {path!r} but no parameter there. "
                 f"Parameter paths: {[p for p in p_paths[:6]]}{' ...' if len(p_paths) > 6 else ''}"
             )
-        p = jnp.asarray(p_leaves[i])
-        if jnp.shape(p) != jnp.shape(u):
+        if jnp.shape(p_leaves[i]) != jnp.shape(u):
             raise ValueError(
                 f"apply_updates: at path {path!r} the update has shape {jnp.shape(u)} but the "
-                f"parameter has shape {jnp.shape(p)}."
+                f"parameter has shape {jnp.shape(p_leaves[i])}."
             )
+        targets.append(i)
+        pairs.append((p_leaves[i], u))
+    # Only the updated leaves go through the (eagerly: compiled) sum; the others are
+    # returned as the very same arrays.
+    for i, new in zip(targets, _add_pairs(pairs)):
+        out[i] = new
+    return treedef.unflatten(out)
+
+
+@eager_dispatch
+def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
+    out = []
+    for p, u in pairs:
+        p = jnp.asarray(p)
         with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
             dtype = jnp.promote_types(p.dtype, u.dtype)
-        out[i] = (p.astype(dtype) + u.astype(dtype)).astype(p.dtype)
-    return treedef.unflatten(out)
+        out.append((p.astype(dtype) + u.astype(dtype)).astype(p.dtype))
+    return out

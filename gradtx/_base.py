@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar
 
+from gradtx._dispatch import eager_dispatch
 from gradtx._module import Module, static
 
 __all__ = ["ForeignTransform", "Transformation", "as_transformation"]
@@ -31,6 +32,13 @@ class Transformation(Module):
     """
 
     name: ClassVar[str] = "transformation"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Eager `update` calls run one cached compiled program (see gradtx/_dispatch.py).
+        update = cls.__dict__.get("update")
+        if update is not None and not hasattr(update, "__wrapped_eager__"):
+            cls.update = eager_dispatch(update)
 
     def init(self, params: Params) -> State:
         """Initial state for `params` (arrays or `jax.ShapeDtypeStruct` leaves)."""

@@ -37,9 +37,11 @@ def _run(tx, steps=4, **extra):
 
 
 def _assert_trees_equal(a, b):
+    # Eager gradtx updates run as one compiled program, eager optax op by op: XLA's fusion may
+    # round the last bit differently, so equal means equal to float32 precision here.
     assert jax.tree.structure(a) == jax.tree.structure(b)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(x, y)
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -155,7 +157,8 @@ def test_optax_transformations_inside_gradtx_chain():
         p_theirs, _, u_theirs = _run(theirs)
     _assert_trees_equal(p_ours, p_theirs)
     _assert_trees_equal(u_ours, u_theirs)
-    assert list(s_ours) == ["clip_by_global_norm", "scale_by_adam", "scale"]
+    # JAX returns dicts from a compiled step with sorted keys: compare the key sets.
+    assert sorted(s_ours) == ["clip_by_global_norm", "scale", "scale_by_adam"]
     # ... and the same numbers as the pure gradtx version.
     pure = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1, B1, B2, EPS))
     p_pure, _, u_pure = _run(pure)
@@ -199,19 +202,16 @@ def test_gradtx_inside_optax_under_jit():
 
 
 def test_extra_arguments_reach_optax_and_are_ignored_by_gradtx():
-    seen = {}
-
     def init(params):
         return ()
 
     def update(updates, state, params=None, **extra):
-        seen.update(extra)
-        return updates, state
+        # The extra argument must arrive: scale the updates by it.
+        return jax.tree.map(lambda g: g * extra["value"], updates), state
 
     tx = gradtx.chain(optax.GradientTransformationExtraArgs(init, update), gradtx.scale(2.0))
     updates, _ = tx.update(_grads(0), tx.init(_params()), _params(), value=jnp.float32(3.0))
-    assert float(seen["value"]) == 3.0
-    _assert_trees_equal(updates, jax.tree.map(lambda g: 2.0 * g, _grads(0)))
+    _assert_trees_equal(updates, jax.tree.map(lambda g: 6.0 * g, _grads(0)))
     # a plain optax transformation without **extra gets none
     plain = gradtx.chain(optax.scale(0.5))
     updates, _ = plain.update(_grads(0), plain.init(_params()), None, value=1.0)
@@ -228,7 +228,7 @@ def test_empty_chain_is_identity():
     assert state == {}
     grads = _grads(0)
     updates, new_state = tx.update(grads, state, params)
-    assert updates is grads
+    _assert_trees_equal(updates, grads)
     assert new_state == {}
     assert gradtx.named_chain().init(params) == {}
 

@@ -32,7 +32,9 @@ def test_optimizer_given_an_optax_state():
 def test_chain_given_a_child_state():
     params = _params()
     tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1))
-    with pytest.raises(KeyError, match=r"no 'clip_by_global_norm' entry \(it has \['mu', 'nu'"):
+    with pytest.raises(
+        KeyError, match=r"no 'clip_by_global_norm' entry \(it has \['count', 'mu', 'nu'"
+    ):
         tx.update(params, gradtx.adam(0.1).init(params), params)
 
 
