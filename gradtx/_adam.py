@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype, zeros_for
+from gradtx._lift import as_stored, compute_dtype, zeros_for
 from gradtx._module import hyperparam, static
 
 __all__ = ["scale_by_adam"]
@@ -51,8 +51,8 @@ class ScaleByAdam(ElementwiseTransform):
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         grad = g.astype(dtype)
-        mu = (1 - b1) * grad + b1 * slots["mu"].astype(dtype)
-        nu = (1 - b2) * (grad * grad) + b2 * slots["nu"].astype(dtype)
+        mu = as_stored((1 - b1) * grad + b1 * slots["mu"].astype(dtype), slots["mu"])
+        nu = as_stored((1 - b2) * (grad * grad) + b2 * slots["nu"].astype(dtype), slots["nu"])
         count = slots["count"] + jnp.int32(1)
         t = count.astype(dtype)
         if self.nesterov:

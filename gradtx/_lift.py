@@ -20,7 +20,14 @@ import numpy as np
 
 from gradtx._paths import flatten
 
-__all__ = ["compute_dtype", "init_slots", "map_updates", "update_slots", "zeros_for"]
+__all__ = [
+    "as_stored",
+    "compute_dtype",
+    "init_slots",
+    "map_updates",
+    "update_slots",
+    "zeros_for",
+]
 
 Slots = dict[str, dict[str, Any]]
 
@@ -36,6 +43,16 @@ def compute_dtype(*arrays: Any) -> Any:
         for a in arrays:
             dtype = jnp.promote_types(dtype, a.dtype)
     return dtype
+
+
+def as_stored(value: Any, slot: Any) -> Any:
+    """`value` rounded to `slot`'s storage dtype (and back to its own dtype).
+
+    Computing an update from the state exactly as it is kept means the old state is not read
+    again after the new one is written, so with donation XLA overwrites state in place instead
+    of copying it first; it also makes a restored checkpoint continue bit-for-bit.
+    """
+    return value.astype(slot.dtype).astype(value.dtype)
 
 
 def zeros_for(param: Any, dtype: Any = None) -> jax.Array:

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from gradtx._adam import _dtype_or_none
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype, zeros_for
+from gradtx._lift import as_stored, compute_dtype, zeros_for
 from gradtx._module import hyperparam, static
 
 __all__ = ["trace"]
@@ -32,7 +32,7 @@ class Trace(ElementwiseTransform):
         """`t = g + decay * t`; the update is `t`, or `g + decay * t` for Nesterov."""
         dtype = compute_dtype(g, slots["trace"])
         grad, decay = g.astype(dtype), self.decay.astype(dtype)
-        new_trace = grad + decay * slots["trace"].astype(dtype)
+        new_trace = as_stored(grad + decay * slots["trace"].astype(dtype), slots["trace"])
         u = grad + decay * new_trace if self.nesterov else new_trace
         return u.astype(g.dtype), {"trace": new_trace}
 
