@@ -105,9 +105,3 @@ def as_transformation(tx: Any, argument: str = "transform") -> Transformation:
         f"`{argument}` must be a transformation (an object with init and update), "
         f"got {type(tx).__name__}: {tx!r}"
     )
-
-
-def is_transformation(x: Any) -> bool:
-    return isinstance(x, Transformation) or (
-        callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
-    )

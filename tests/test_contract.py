@@ -285,6 +285,13 @@ def _param_slots(state: Any, params: Any) -> dict[str, tuple[str, Any]]:
     return out
 
 
+def _assert_finite_bf16_updates(history: list) -> None:
+    for updates in history:
+        for path, u in flat(updates).items():
+            assert u.dtype == jnp.bfloat16, path
+            assert bool(jnp.all(jnp.isfinite(u))), path
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_bf16_params_default_state(entry):
     params = _make_params(jnp.bfloat16)
@@ -295,10 +302,7 @@ def test_bf16_params_default_state(entry):
         assert x.dtype == jnp.bfloat16, key
     new_params, state, history = run_eager(tx, params, grads)
     assert signature(state) == signature(init)
-    for updates in history:
-        for path, u in flat(updates).items():
-            assert u.dtype == jnp.bfloat16, path
-            assert bool(jnp.all(jnp.isfinite(u))), path
+    _assert_finite_bf16_updates(history)
     for path, p in flat(new_params).items():
         assert p.dtype == jnp.bfloat16, path
 
@@ -328,10 +332,7 @@ def test_bf16_params_float32_state(entry):
         assert x.dtype == jnp.float32, key
     new_params, state, history = run_eager(tx, params, grads, init)
     assert signature(state) == signature(init)
-    for updates in history:
-        for path, u in flat(updates).items():
-            assert u.dtype == jnp.bfloat16, path
-            assert bool(jnp.all(jnp.isfinite(u))), path
+    _assert_finite_bf16_updates(history)
     for path, p in flat(new_params).items():
         assert p.dtype == jnp.bfloat16, path
         assert not np.array_equal(np.asarray(p), np.asarray(flat(params)[path])), path
