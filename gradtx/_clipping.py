@@ -24,9 +24,19 @@ def global_norm(updates: Any) -> jnp.ndarray:
     total = jnp.zeros((), jnp.float32)
     for leaf in flatten(updates)[1]:
         if leaf is not None:
-            x = leaf.astype(compute_dtype(leaf))
-            total = total + jnp.sum(x * x).astype(total.dtype)
+            total = total + _sum_of_squares(leaf).astype(total.dtype)
     return jnp.sqrt(total)
+
+
+def _sum_of_squares(x: Any) -> jnp.ndarray:
+    dtype = compute_dtype(x)
+    if x.dtype != dtype and jnp.issubdtype(x.dtype, jnp.floating) and x.size:
+        # Low-precision floats: a dot with float32 accumulation squares exactly and reads the
+        # array once, instead of first writing a float32 copy of it.
+        flat = x.reshape(-1)
+        return jnp.dot(flat, flat, preferred_element_type=dtype)
+    y = x.astype(dtype)
+    return jnp.sum(y * y)
 
 
 class Clip(ElementwiseTransform):

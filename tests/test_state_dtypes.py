@@ -31,3 +31,17 @@ def test_trace_update_is_the_stored_trace():
     np.testing.assert_array_equal(
         np.asarray(updates["w"]), np.asarray(state["trace"]["w"].astype(jnp.float32))
     )
+
+
+def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
+    rng = np.random.default_rng(0)
+    tree = {
+        "bf16": jnp.asarray(rng.normal(size=(64, 33)), jnp.bfloat16),
+        "f16": jnp.asarray(rng.normal(size=(100,)), jnp.float16),
+        "f32": jnp.asarray(rng.normal(size=(7,)), jnp.float32),
+        "empty": jnp.zeros((0,), jnp.bfloat16),
+    }
+    expected = np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in tree.values()))
+    norm = gradtx.global_norm(tree)
+    assert norm.dtype == jnp.float32
+    np.testing.assert_allclose(float(norm), expected, rtol=1e-6)
