@@ -65,8 +65,15 @@ def configs() -> list[Config]:
     def o_sgd(w):
         return optax.sgd(1e-2, momentum=0.9, accumulator_dtype=w.state_dtype)
 
+    def g_lion(w):
+        return gradtx.lion(1e-4, mu_dtype=w.state_dtype)
+
+    def o_lion(w):
+        return optax.lion(1e-4, b1=f32(0.9), b2=f32(0.99), mu_dtype=w.state_dtype)
+
     return [
         Config("adam", g_adam, o_adam, _adam_bytes),
         Config("clip+adamw(cosine, mask)", g_clipped, o_clipped, _adam_bytes),
         Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
+        Config("lion", g_lion, o_lion, _sgd_bytes),  # read g, p, mu; write p, mu
     ]

@@ -23,6 +23,7 @@ import numpy as np
 
 from benchmarks import workloads as W
 from benchmarks.configs import configs
+from benchmarks.training import format_rows, run_training
 
 
 def _ready(tree: Any) -> Any:
@@ -168,10 +169,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--only", default="", help="run workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/latest.json")
+    parser.add_argument("--no-training", action="store_true", help="skip the training steps")
     args = parser.parse_args(argv)
     if args.smoke:
         workloads = [
             W.many_leaves(8),
+            W.many_leaves_packed(8),
             W.Workload("bf16 params, f32 state", {"w": (64,)}, "bfloat16", "float32"),
         ]
         reps, eager_reps, rounds = 2, 1, 1
@@ -179,6 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
         workloads = [
             W.transformer_like(),
             W.many_leaves(2000),
+            W.many_leaves_packed(2000),
             W.one_big_leaf(),
             W.bf16_f32_state(),
             *W.leaf_sweep(),
@@ -193,6 +197,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(HEADER)
     report = run(workloads, reps, eager_reps, rounds)
     print(f"streaming bandwidth: {report['bandwidth_gb_s']:.1f} GB/s")
+    if not args.no_training:
+        blocks = 4 if args.smoke else 1000
+        report["training"] = run_training(blocks=blocks, reps=reps)
+        print(format_rows(report["training"]))
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:

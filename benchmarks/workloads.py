@@ -15,6 +15,7 @@ class Workload:
     dtype: str = "float32"
     state_dtype: str | None = None  # mu/nu dtype when it differs from the params'
     only_config: str | None = None  # run just this configuration (the leaf-count sweep)
+    packed: bool = False  # params (and gradients) as `gradtx.pack` buffers, for both libraries
 
     @property
     def num_params(self) -> int:
@@ -40,6 +41,10 @@ class Workload:
             for p in parents:
                 node = node.setdefault(p, {})
             node[leaf] = value.astype(self.dtype)
+        if self.packed:
+            import gradtx
+
+            return gradtx.pack(out)
         return out
 
 
@@ -73,6 +78,10 @@ def many_leaves(n: int = 2000) -> Workload:
         shapes[f"layers/{i}/kernel"] = (32, 64)
         shapes[f"layers/{i}/bias"] = (2048,)
     return Workload(f"{n} small leaves", shapes)
+
+
+def many_leaves_packed(n: int = 2000) -> Workload:
+    return dataclasses.replace(many_leaves(n), name=f"{n} small leaves, packed", packed=True)
 
 
 def one_big_leaf(size: int = 32 * 1024 * 1024) -> Workload:

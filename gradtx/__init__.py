@@ -1,13 +1,64 @@
 """gradtx: functional gradient transformations for JAX, where a parameter's identity is its path."""
 
-from gradtx import paths, schedules
+from gradtx import paths, schedules, tree
+from gradtx._adagrad import scale_by_adadelta, scale_by_rss
 from gradtx._adam import scale_by_adam
+from gradtx._adam_family import (
+    scale_by_adamax,
+    scale_by_adan,
+    scale_by_amsgrad,
+    scale_by_belief,
+    scale_by_radam,
+    scale_by_yogi,
+)
+from gradtx._adaptive_optimizers import (
+    adabelief,
+    adadelta,
+    adagrad,
+    adamax,
+    adamaxw,
+    adan,
+    amsgrad,
+    nadam,
+    nadamw,
+    radam,
+    rmsprop,
+    yogi,
+)
 from gradtx._apply import apply_updates
 from gradtx._base import Transformation
 from gradtx._chain import chain, named_chain
 from gradtx._clipping import clip, clip_by_global_norm, global_norm
+from gradtx._lion import scale_by_lion
+from gradtx._misc_transforms import (
+    add_noise,
+    centralize,
+    ema,
+    keep_params_nonnegative,
+    normalize_by_update_norm,
+    scale_by_optimistic_gradient,
+    scale_gradient,
+    zero_nans,
+)
+from gradtx._more_optimizers import (
+    fromage,
+    lion,
+    nesterov,
+    noisy_sgd,
+    novograd,
+    optimistic_gradient_descent,
+    polyak_sgd,
+    rprop,
+    sign_sgd,
+    signum,
+)
+from gradtx._novograd import scale_by_novograd
 from gradtx._optimizers import adam, adamw, sgd
+from gradtx._packed import Packed, pack
+from gradtx._polyak import scale_by_polyak
+from gradtx._rms import scale_by_rms, scale_by_stddev
 from gradtx._scale import identity, scale, scale_by_learning_rate, scale_by_schedule, set_to_zero
+from gradtx._sign import scale_by_rprop, scale_by_sign
 from gradtx._state_dict import (
     LoadReport,
     StateMismatchError,
@@ -22,28 +73,76 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LoadReport",
+    "Packed",
     "StateMismatchError",
     "Transformation",
+    "adabelief",
+    "adadelta",
+    "adagrad",
     "adam",
+    "adamax",
+    "adamaxw",
     "adamw",
+    "adan",
     "add_decayed_weights",
+    "add_noise",
+    "amsgrad",
     "apply_updates",
+    "centralize",
     "chain",
     "clip",
     "clip_by_global_norm",
+    "ema",
+    "fromage",
     "global_norm",
     "identity",
+    "keep_params_nonnegative",
+    "lion",
     "load_state_dict",
+    "nadam",
+    "nadamw",
     "named_chain",
+    "nesterov",
+    "noisy_sgd",
+    "normalize_by_update_norm",
+    "novograd",
+    "optimistic_gradient_descent",
+    "pack",
     "paths",
+    "polyak_sgd",
+    "radam",
     "reconcile",
+    "rmsprop",
+    "rprop",
     "scale",
+    "scale_by_adadelta",
     "scale_by_adam",
+    "scale_by_adamax",
+    "scale_by_adan",
+    "scale_by_amsgrad",
+    "scale_by_belief",
     "scale_by_learning_rate",
+    "scale_by_lion",
+    "scale_by_novograd",
+    "scale_by_optimistic_gradient",
+    "scale_by_polyak",
+    "scale_by_radam",
+    "scale_by_rms",
+    "scale_by_rprop",
+    "scale_by_rss",
     "scale_by_schedule",
+    "scale_by_sign",
+    "scale_by_stddev",
+    "scale_by_yogi",
+    "scale_gradient",
     "schedules",
     "set_to_zero",
     "sgd",
+    "sign_sgd",
+    "signum",
     "state_dict",
     "trace",
+    "tree",
+    "yogi",
+    "zero_nans",
 ]

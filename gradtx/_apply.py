@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._dispatch import eager_dispatch
-from gradtx._paths import flatten
+from gradtx._packed import check_same_layout
+from gradtx._paths import flatten, is_unit
 
 __all__ = ["apply_updates"]
 
@@ -42,11 +43,17 @@ def apply_updates(params: Any, updates: Any) -> Any:
             continue
         i = index.get(path)
         if i is None or p_leaves[i] is None:
+            packed = [p for p, x in zip(p_paths, p_leaves) if is_unit(x)]
+            hint = f" The params are packed at {packed}: pack the updates too." if packed else ""
             raise KeyError(
                 f"apply_updates: there is an update for path {path!r} but no parameter there. "
                 f"Parameter paths: {[p for p in p_paths[:6]]}{' ...' if len(p_paths) > 6 else ''}"
+                + hint
             )
-        if jnp.shape(p_leaves[i]) != jnp.shape(u):
+        if is_unit(p_leaves[i]) or is_unit(u):
+            unit, other = (p_leaves[i], u) if is_unit(p_leaves[i]) else (u, p_leaves[i])
+            check_same_layout(unit, other, "apply_updates", path)
+        elif jnp.shape(p_leaves[i]) != jnp.shape(u):
             raise ValueError(
                 f"apply_updates: at path {path!r} the update has shape {jnp.shape(u)} but the "
                 f"parameter has shape {jnp.shape(p_leaves[i])}."
@@ -55,8 +62,20 @@ def apply_updates(params: Any, updates: Any) -> Any:
         pairs.append((p_leaves[i], u))
     # Only the updated leaves go through the (eagerly: compiled) sum; the others are
     # returned as the very same arrays.
-    for i, new in zip(targets, _add_pairs(pairs)):
-        out[i] = new
+    # Packed params add buffer by buffer.
+    flat_pairs, owners = [], []
+    for k, (p, u) in enumerate(pairs):
+        if is_unit(p):
+            flat_pairs.extend(zip(p.buffers, u.buffers))
+            owners.extend([k] * len(p.buffers))
+        else:
+            flat_pairs.append((p, u))
+            owners.append(k)
+    sums: list[list] = [[] for _ in pairs]
+    for k, new in zip(owners, _add_pairs(flat_pairs)):
+        sums[k].append(new)
+    for k, (i, (p, _)) in enumerate(zip(targets, pairs)):
+        out[i] = p.replace(tuple(sums[k])) if is_unit(p) else sums[k][0]
     return treedef.unflatten(out)
 
 

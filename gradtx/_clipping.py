@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._elementwise import ElementwiseTransform
 from gradtx._lift import compute_dtype, map_updates
 from gradtx._module import hyperparam
-from gradtx._paths import flatten
+from gradtx._paths import flatten, is_unit
 
 __all__ = ["clip", "clip_by_global_norm", "global_norm"]
 
@@ -23,8 +23,9 @@ def global_norm(updates: Any) -> jnp.ndarray:
     """
     total = jnp.zeros((), jnp.float32)
     for leaf in flatten(updates)[1]:
-        if leaf is not None:
-            total = total + _sum_of_squares(leaf).astype(total.dtype)
+        for array in leaf.buffers if is_unit(leaf) else (leaf,):
+            if array is not None:
+                total = total + _sum_of_squares(array).astype(total.dtype)
     return jnp.sqrt(total)
 
 

@@ -34,6 +34,9 @@ class ElementwiseTransform(Transformation):
     """
 
     needs_params: ClassVar[bool] = False
+    # True when the math needs each leaf's own array (per-leaf norms, matrix shapes): packed
+    # params are then processed leaf by leaf instead of buffer by buffer.
+    per_leaf_structure: ClassVar[bool] = False
 
     def state_keys(self) -> tuple[str, ...]:
         """Names of the per-path slots this transformation keeps."""
@@ -79,4 +82,5 @@ class ElementwiseTransform(Transformation):
             owner=self.name,
             needs_params=self.needs_params,
             where=self.selected_paths(updates, params),
+            per_leaf=self.per_leaf_structure,
         )

@@ -7,6 +7,11 @@ name the offending path.
 
 Per-leaf state lives in *slots*: `{slot_name: {path: array}}`, e.g. Adam's
 `{"mu": {...}, "nu": {...}, "count": {...}}`.
+
+Packed params (`gradtx.pack`) are one unit here: the per-array math runs once per buffer, and
+their slots are `Packed` with the same layout (a step count is one scalar per buffer, since a
+packed gradient always covers the whole buffer). A transformation that needs each leaf's own
+shape (per-leaf norms, matrices) says so with `per_leaf=True` and runs leaf by leaf.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._paths import flatten
+from gradtx._packed import Packed, check_same_layout
+from gradtx._paths import flatten, is_unit
 
 __all__ = [
     "as_stored",
@@ -94,11 +100,36 @@ def init_slots(
     slots: Slots = {name: {} for name in names}
     paths, leaves, _ = flatten(params)
     for path, param in zip(paths, leaves):
+        if is_unit(param):
+            if _unit_selected(param, path, where, "init"):
+                for name, value in _init_unit(param, leaf_init).items():
+                    slots[name][path] = value
+            continue
         if param is None or (where is not None and path not in where):
             continue
         for name, value in leaf_init(param).items():
             slots[name][path] = value
     return slots
+
+
+def _unit_selected(unit: Packed, path: str, where: set[str] | None, owner: str) -> bool:
+    if where is None:
+        return True
+    hits = {p in where for p in unit.paths(path)}
+    if len(hits) > 1:
+        raise ValueError(
+            f"{owner}: the selection covers some paths of the packed params at {path!r} but "
+            "not others, so their state cannot share the packed buffers; pack the selected "
+            "and unselected parameters separately."
+        )
+    return hits == {True}
+
+
+def _init_unit(param: Packed, leaf_init: Callable[[Any], dict]) -> dict[str, Packed]:
+    per_buffer = [leaf_init(buffer) for buffer in param.buffers]
+    if not per_buffer:
+        return {}
+    return {name: param.replace(tuple(b[name] for b in per_buffer)) for name in per_buffer[0]}
 
 
 def _missing_state(owner: str, slot: str, path: str, known: dict) -> KeyError:
@@ -129,6 +160,7 @@ def update_slots(
     owner: str,
     needs_params: bool = False,
     where: set[str] | None = None,
+    per_leaf: bool = False,
 ) -> tuple[Any, Slots]:
     """Apply `leaf_update(g, leaf_slots, param) -> (u, new_leaf_slots)` to every present path.
 
@@ -141,6 +173,7 @@ def update_slots(
         owner: the transformation's name, used in error messages.
         needs_params: raise a clear error if `params` is `None`.
         where: optional set of paths to transform; other paths pass through unchanged.
+        per_leaf: the math needs each leaf's own array (not a packed buffer of many leaves).
 
     Returns:
         The new updates (same structure as `updates`) and the new slots, in which only the
@@ -151,7 +184,7 @@ def update_slots(
     new_slots = {name: dict(values) for name, values in slots.items()}
     out = []
     for path, g in zip(paths, leaves):
-        if g is None or (where is not None and path not in where):
+        if g is None or (where is not None and path not in where and not is_unit(g)):
             out.append(g)
             continue
         leaf_slots = {}
@@ -159,6 +192,15 @@ def update_slots(
             if path not in values:
                 raise _missing_state(owner, name, path, values)
             leaf_slots[name] = values[path]
+        if is_unit(g):
+            param = by_path.get(path) if by_path is not None else None
+            u, changed = _update_unit(
+                leaf_update, g, leaf_slots, param, path, owner, needs_params, where, per_leaf
+            )
+            out.append(u)
+            for name, value in changed.items():
+                new_slots[name][path] = value
+            continue
         param = None
         if by_path is not None:
             param = by_path.get(path)
@@ -195,3 +237,100 @@ def map_updates(
         leaf_update, updates, {}, params, owner=owner, needs_params=needs_params, where=where
     )
     return new_updates
+
+
+def _update_unit(
+    leaf_update: Callable[..., tuple[Any, dict]],
+    g: Packed,
+    leaf_slots: dict[str, Any],
+    param: Any,
+    path: str,
+    owner: str,
+    needs_params: bool,
+    where: set[str] | None,
+    per_leaf: bool,
+) -> tuple[Packed, dict[str, Packed]]:
+    """`update_slots` for packed params: the math per buffer (or per leaf if `per_leaf`)."""
+    for name, value in leaf_slots.items():
+        check_same_layout(g, value, f"{owner} (state {name!r})", path)
+    if param is None and needs_params:
+        raise KeyError(f"{owner}: the params have no leaf at path {path!r}.")
+    if param is not None:
+        check_same_layout(g, param, owner, path)
+    layout = g.layout
+    new_u, new_slots = [], {name: [] for name in leaf_slots}
+    for group, grad in enumerate(g.buffers):
+        slots_g = {name: value.buffers[group] for name, value in leaf_slots.items()}
+        param_g = None if param is None else param.buffers[group]
+        mask = True if where is None else layout.group_mask(group, where, path)
+        if mask is not True and mask is not False:
+            _check_splittable(slots_g, owner, path)
+        if mask is False:
+            u, changed = grad, {}
+        elif per_leaf:
+            u, changed = _update_by_leaf(leaf_update, grad, slots_g, param_g, layout, group, mask)
+        else:
+            u, changed = leaf_update(grad, slots_g, param_g)
+            if mask is not True:
+                u, changed = _masked(mask, grad, u, slots_g, changed)
+        new_u.append(u)
+        for name, old in slots_g.items():
+            new_slots[name].append(jnp.asarray(changed.get(name, old)).astype(old.dtype))
+    return g.replace(tuple(new_u)), {
+        name: g.replace(tuple(buffers)) for name, buffers in new_slots.items()
+    }
+
+
+def _check_splittable(slots_g: dict[str, Any], owner: str, path: str) -> None:
+    for name, value in slots_g.items():
+        if np.ndim(value) == 0:
+            raise ValueError(
+                f"{owner}: the selection splits a packed buffer of {path!r}, but state "
+                f"{name!r} is one value for the whole buffer; pack the selected parameters "
+                "separately."
+            )
+
+
+def _masked(mask: np.ndarray, grad: Any, u: Any, old: dict, changed: dict) -> tuple[Any, dict]:
+    """Keep unselected elements of a packed buffer as they were."""
+    m = jnp.asarray(mask)
+    out = {name: jnp.where(m, value, old[name]) for name, value in changed.items()}
+    return jnp.where(m, u, grad), out
+
+
+def _update_by_leaf(
+    leaf_update: Callable[..., tuple[Any, dict]],
+    grad: Any,
+    slots_g: dict[str, Any],
+    param_g: Any,
+    layout: Any,
+    group: int,
+    mask: Any,
+) -> tuple[Any, dict]:
+    """Run per-leaf math on each leaf of one buffer and concatenate the results back."""
+    pieces: list = []
+    slot_pieces: dict[str, list] = {name: [] for name in slots_g}
+    for spec in layout.by_group[group]:
+        lo, hi = spec.offset, spec.offset + spec.size
+
+        def cut(x: Any, lo: int = lo, hi: int = hi, shape: tuple = spec.shape) -> Any:
+            return x if np.ndim(x) == 0 else x[lo:hi].reshape(shape)
+
+        g_leaf = cut(grad)
+        old = {name: cut(value) for name, value in slots_g.items()}
+        selected = mask is True or (spec.size > 0 and bool(mask[lo]))
+        if selected:
+            u, changed = leaf_update(g_leaf, old, None if param_g is None else cut(param_g))
+        else:
+            u, changed = g_leaf, {}
+        pieces.append(jnp.ravel(u))
+        for name in slots_g:
+            slot_pieces[name].append(changed.get(name, old[name]))
+    out = {}
+    for name, values in slot_pieces.items():
+        if np.ndim(slots_g[name]) == 0:  # one value per buffer: every leaf advanced it alike
+            out[name] = values[-1] if values else slots_g[name]
+        else:
+            out[name] = jnp.concatenate([jnp.ravel(v) for v in values]) if values else slots_g[name]
+    u = jnp.concatenate(pieces) if pieces else grad
+    return u.astype(grad.dtype), out

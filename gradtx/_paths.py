@@ -11,7 +11,16 @@ from typing import Any
 
 import jax
 
-__all__ = ["DuplicatePathError", "flatten", "leaves", "path_of", "paths", "unflatten"]
+__all__ = [
+    "DuplicatePathError",
+    "flatten",
+    "is_unit",
+    "leaves",
+    "path_of",
+    "paths",
+    "unflatten",
+    "virtual",
+]
 
 _CACHE: dict[Any, tuple[str, ...]] = {}
 _CACHE_LIMIT = 4096
@@ -21,8 +30,25 @@ class DuplicatePathError(ValueError):
     """Two leaves of one tree render to the same path string."""
 
 
+def is_unit(x: Any) -> bool:
+    """True for a container gradtx treats as one unit holding many paths (`gradtx.Packed`)."""
+    return getattr(type(x), "__gradtx_unit__", False)
+
+
 def _is_none(x: Any) -> bool:
-    return x is None
+    return x is None or is_unit(x)
+
+
+def virtual(tree: Any) -> Any:
+    """`tree` with every packed unit replaced by the tree it holds (`ShapeDtypeStruct` leaves).
+
+    Selectors look at this view, so a glob selects the same paths in packed and unpacked params.
+    """
+    if not any(is_unit(x) for x in jax.tree_util.tree_leaves(tree, is_leaf=is_unit)):
+        return tree  # the very same object: a selector function sees the user's params
+    return jax.tree_util.tree_map(
+        lambda x: x.structure() if is_unit(x) else x, tree, is_leaf=is_unit
+    )
 
 
 def path_of(key_path: tuple) -> str:
@@ -49,6 +75,8 @@ def _compute_paths(tree: Any) -> tuple[str, ...]:
 
 def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
     """Flatten a pytree into `(paths, leaves, treedef)`, keeping `None` as a leaf.
+
+    A packed unit (`gradtx.Packed`) is one leaf here; the lifting helper expands it.
 
     Paths are computed once per tree structure and cached, so repeated calls (one per traced
     `update`) cost a C++ flatten.

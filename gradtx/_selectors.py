@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gradtx._paths import flatten
+from gradtx._paths import flatten, virtual
 
 __all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
 
@@ -265,6 +265,7 @@ def select(
         ['enc/w']
     """
     sel = as_selector(selector, argument)
+    tree = virtual(tree)  # packed params are selected by the paths they hold
     chosen = _select_set(tree, sel, strict, argument)
     if strict and not chosen:
         raise SelectorError(
@@ -295,6 +296,7 @@ def resolve_labels(
         >>> resolve_labels({"enc": {"w": 1.0}, "dec": {"w": 2.0}}, {"a": "enc", "b": "dec"})
         {'dec/w': 'b', 'enc/w': 'a'}
     """
+    tree = virtual(tree)
     paths_, leaves_, _ = flatten(tree)
     tree_paths = [p for p, x in zip(paths_, leaves_) if x is not None]
     out: dict[str, Hashable] = {}

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._paths import flatten
+from gradtx._packed import Packed
+from gradtx._paths import flatten, is_unit
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
 
@@ -66,7 +67,9 @@ def state_dict(state: Any) -> dict[str, Any]:
 
     Keys join the names of combinators, slots and parameter paths with `/`, for example
     `adamw/mu/enc/layers/0/w` for the first moment of `enc/layers/0/w` in the `adamw` step of
-    a chain. Arrays are returned as they are (no copy).
+    a chain. Arrays are returned as they are (no copy), except that the state of packed
+    params (`gradtx.pack`) is sliced into one entry per parameter path, so packed and unpacked
+    models have the same keys.
 
     Args:
         state: the state of any gradtx transformation (other pytrees work too).
@@ -77,7 +80,18 @@ def state_dict(state: Any) -> dict[str, Any]:
         ['adamw/count/w', 'adamw/mu/w']
     """
     paths, leaves, _ = flatten(state)
-    return {p: x for p, x in zip(paths, leaves) if x is not None}
+    out: dict[str, Any] = {}
+    for path, leaf in zip(paths, leaves):
+        if is_unit(leaf):  # packed: one key per parameter path, as for unpacked params
+            out.update(leaf.items(_unit_prefix(path)))
+        elif leaf is not None:
+            out[path] = leaf
+    return out
+
+
+def _unit_prefix(path: str) -> str:
+    # Packed params at the root of the params sit under the key "" of each slot ("mu/").
+    return path[:-1] if path.endswith("/") else path
 
 
 def _signature(x: Any) -> tuple[tuple[int, ...], str]:
@@ -86,10 +100,13 @@ def _signature(x: Any) -> tuple[tuple[int, ...], str]:
 
 def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
     paths, leaves, treedef = flatten(template)
-    expected = {p for p, x in zip(paths, leaves) if x is not None}
+    expected = {p for p, x in zip(paths, leaves) if x is not None and not is_unit(x)}
     missing, mismatched, out = [], {}, []
     for path, leaf in zip(paths, leaves):
-        if leaf is None:
+        if is_unit(leaf):
+            expected.update(leaf.paths(_unit_prefix(path)))
+            out.append(_merge_unit(_unit_prefix(path), leaf, flat, missing, mismatched))
+        elif leaf is None:
             out.append(None)
         elif path not in flat:
             missing.append(path)
@@ -103,6 +120,39 @@ def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
     unexpected = tuple(k for k in flat if k not in expected)
     report = LoadReport(tuple(missing), unexpected, mismatched)
     return treedef.unflatten(out), report
+
+
+def _merge_unit(
+    path: str, template: Packed, flat: dict[str, Any], missing: list, mismatched: dict
+) -> Packed:
+    """Assemble a packed state's buffers from per-path entries (template where absent)."""
+    by_group: list[list] = [[] for _ in template.buffers]
+    for spec, (key, default) in zip(template.layout.specs, template.items(path)):
+        if key not in flat:
+            missing.append(key)
+            value = default
+        elif _signature(flat[key]) != _signature(default):
+            mismatched[key] = (_signature(flat[key]), _signature(default))
+            value = default
+        else:
+            value = jnp.asarray(flat[key])
+        by_group[spec.group].append((key, value))
+    buffers = []
+    for group, entries in enumerate(by_group):
+        old = template.buffers[group]
+        if np.ndim(old) == 0:  # one value shared by the buffer's paths: they must agree
+            values = {key: np.asarray(v).item() for key, v in entries}
+            if len(set(values.values())) > 1:
+                raise ValueError(
+                    f"load_state_dict: the packed state at {path!r} keeps one value for all "
+                    f"of {list(values)[:4]}..., but the loaded values differ: "
+                    f"{dict(list(values.items())[:4])}."
+                )
+            buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
+        else:
+            parts = [jnp.ravel(v) for _, v in entries]
+            buffers.append(jnp.concatenate(parts) if parts else old)
+    return template.replace(tuple(buffers))
 
 
 def load_state_dict(

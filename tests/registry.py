@@ -33,6 +33,10 @@ NON_TRANSFORMATIONS = frozenset(
         "LoadReport",
         "StateMismatchError",
         "global_norm",
+        "scale_gradient",
+        "tree",
+        "pack",
+        "Packed",
     }
 )
 
@@ -54,6 +58,8 @@ class Entry:
         uses_scalar: the scalar changes the transformation (False for identity, set_to_zero).
         with_state_dtype: `(scalar, dtype) -> transformation` with its state in `dtype`
             (mu_dtype/nu_dtype/accumulator_dtype), or None if there is no such option.
+        packed: works on packed params (`gradtx.pack`); False where the transformation keeps
+            per-array state a packed buffer cannot hold and refuses them with a clear error.
     """
 
     id: str
@@ -67,6 +73,7 @@ class Entry:
     needs_params: bool = False
     uses_scalar: bool = True
     with_state_dtype: Callable[[Any, Any], Any] | None = None
+    packed: bool = True
 
     def __str__(self) -> str:
         return self.id
@@ -379,6 +386,12 @@ REGISTRY: tuple[Entry, ...] = (
         ),
     ),
 )
+
+# The optimizer catalogue keeps its entries in files of its own (they import `Entry` from here).
+from registry_adaptive import ADAPTIVE  # noqa: E402
+from registry_misc import MISC  # noqa: E402
+
+REGISTRY = REGISTRY + ADAPTIVE + MISC
 
 BY_ID = {e.id: e for e in REGISTRY}
 

@@ -30,3 +30,8 @@ def test_benchmark_smoke_run(tmp_path):
         for lib in ("gradtx", "optax"):
             assert row[f"{lib}_donated_ms"] > 0
             assert row[f"{lib}_compile_s"] > 0
+    variants = {r["variant"] for r in report["training"]}
+    assert variants == {"tree, optax", "tree, gradtx", "packed, gradtx"}
+    # The three variants train the same model from the same params: the same loss.
+    losses = [r["loss"] for r in report["training"]]
+    assert max(losses) - min(losses) <= 1e-5 * max(abs(x) for x in losses)

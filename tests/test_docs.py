@@ -18,7 +18,12 @@ import gradtx
 ROOT = Path(__file__).resolve().parents[1]
 API_MD = ROOT / "docs" / "api.md"
 NOTEBOOKS = ROOT / "notebooks"
-PAGES = ["README.md", "docs/getting-started.md", "docs/paths-and-selectors.md"]
+PAGES = [
+    "README.md",
+    "docs/getting-started.md",
+    "docs/paths-and-selectors.md",
+    "docs/packed-params.md",
+]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -30,6 +35,7 @@ def _public_names() -> list[str]:
     names = [f"gradtx.{n}" for n in gradtx.__all__]
     names += [f"gradtx.paths.{n}" for n in gradtx.paths.__all__]
     names += [f"gradtx.schedules.{n}" for n in gradtx.schedules.__all__]
+    names += [f"gradtx.tree.{n}" for n in gradtx.tree.__all__]
     return names
 
 

@@ -1,0 +1,57 @@
+"""Tree utilities: arithmetic, reductions and access, with trees matched by path.
+
+Trees combine by path, not by position (a dict and a dataclass with the same paths combine);
+`None` leaves stay `None` and reductions skip them; reductions accumulate in at least float32.
+"""
+
+from gradtx._tree import (
+    add,
+    add_scale,
+    allclose,
+    cast,
+    cast_like,
+    clip,
+    div,
+    full_like,
+    get,
+    map_with_path,
+    max,
+    min,
+    mul,
+    norm,
+    ones_like,
+    scale,
+    set,
+    size,
+    sub,
+    sum,
+    vdot,
+    where,
+    zeros_like,
+)
+
+__all__ = [
+    "add",
+    "add_scale",
+    "allclose",
+    "cast",
+    "cast_like",
+    "clip",
+    "div",
+    "full_like",
+    "get",
+    "map_with_path",
+    "max",
+    "min",
+    "mul",
+    "norm",
+    "ones_like",
+    "scale",
+    "set",
+    "size",
+    "sub",
+    "sum",
+    "vdot",
+    "where",
+    "zeros_like",
+]

@@ -1,0 +1,184 @@
+"""Packed params (`gradtx.pack`): one buffer per dtype, and paths stay the identity."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradtx
+
+
+def _params() -> dict:
+    rng = np.random.default_rng(0)
+    return {
+        "enc": {"w": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32), "b": jnp.zeros(4)},
+        "head": [jnp.asarray(rng.normal(size=(5,)), jnp.bfloat16), None],
+        "scale": jnp.float32(2.0),
+    }
+
+
+def _loss(params: dict) -> jax.Array:
+    enc, head = params["enc"], params["head"][0].astype(jnp.float32)
+    return jnp.sum(jnp.tanh(enc["w"] + enc["b"][None, :]) ** 2) + params["scale"] * jnp.sum(head**2)
+
+
+def test_pack_groups_by_dtype_and_unpacks_to_the_same_tree():
+    params = _params()
+    packed = gradtx.pack(params)
+    assert packed.layout.groups == ("float32", "bfloat16")
+    assert [b.shape for b in packed.buffers] == [(17,), (5,)]
+    assert packed.paths() == ["enc/b", "enc/w", "head/0", "scale"]
+    assert repr(packed) == "Packed(4 leaves in float32[17], bfloat16[5])"
+    for offsets in (None, packed.offsets()):
+        back = packed.unpack(offsets)
+        assert jax.tree.structure(back, is_leaf=lambda x: x is None) == jax.tree.structure(
+            params, is_leaf=lambda x: x is None
+        )
+        for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params)):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("runtime_offsets", [True, False])
+def test_gradient_through_unpack_arrives_packed(runtime_offsets):
+    params = _params()
+    packed = gradtx.pack(params)
+    offsets = packed.offsets() if runtime_offsets else None
+
+    @jax.jit
+    def grad(p, offsets):
+        return jax.grad(lambda q: _loss(q.unpack(offsets)))(p)
+
+    g = grad(packed, offsets)
+    assert isinstance(g, gradtx.Packed) and g.layout == packed.layout
+    expected = jax.grad(_loss)(params)
+    for a, b in zip(jax.tree.leaves(g.unpack()), jax.tree.leaves(expected)):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), 1e-6)
+
+
+def test_jitted_donated_training_matches_the_tree():
+    params = _params()
+    packed = gradtx.pack(params)
+    tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(0.05, mask="**/w"))
+
+    def tree_step(p, s):
+        u, s = tx.update(jax.grad(_loss)(p), s, p)
+        return gradtx.apply_updates(p, u), s
+
+    def packed_step(p, s, offsets):
+        u, s = tx.update(jax.grad(lambda q: _loss(q.unpack(offsets)))(p), s, p)
+        return gradtx.apply_updates(p, u), s
+
+    tree_step = jax.jit(tree_step, donate_argnums=(0, 1))
+    packed_step = jax.jit(packed_step, donate_argnums=(0, 1))
+    p, s = params, tx.init(params)
+    pk, ps = packed, tx.init(packed)
+    for _ in range(5):
+        p, s = tree_step(p, s)
+        pk, ps = packed_step(pk, ps, packed.offsets())
+    for a, b in zip(jax.tree.leaves(pk.unpack()), jax.tree.leaves(p)):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), 1e-5)
+    norm_p = gradtx.state_dict(ps)["clip_by_global_norm/global_norm"]
+    np.testing.assert_allclose(norm_p, gradtx.state_dict(s)["clip_by_global_norm/global_norm"])
+
+
+def test_selectors_see_the_paths_inside():
+    packed = gradtx.pack(_params())
+    assert gradtx.paths.select(packed, "**/w") == ["enc/w"]
+    assert gradtx.paths.select({"model": packed}, "model/enc") == ["model/enc/b", "model/enc/w"]
+    labels = gradtx.paths.resolve_labels(packed, {"a": "enc", "b": ["head", "scale"]})
+    assert labels == {"enc/b": "a", "enc/w": "a", "head/0": "b", "scale": "b"}
+
+
+def test_a_mask_inside_a_buffer_decays_only_the_selected_paths():
+    packed = gradtx.pack({"w": jnp.ones(3), "b": jnp.ones(2)})
+    tx = gradtx.add_decayed_weights(0.5, mask="w")
+    zeros = packed.replace(tuple(jnp.zeros_like(b) for b in packed.buffers))
+    updates, _ = tx.update(zeros, tx.init(packed), packed)
+    np.testing.assert_array_equal(updates.unpack()["w"], [0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(updates.unpack()["b"], [0.0, 0.0])
+
+
+def test_state_keys_and_checkpoints_are_shared_with_the_unpacked_model():
+    params = _params()
+    tx = gradtx.adam(1e-2, mu_dtype=jnp.float32)
+    packed_state = tx.init(gradtx.pack(params))
+    keys = sorted(gradtx.state_dict(packed_state))
+    assert keys == sorted(gradtx.state_dict(tx.init(params)))
+    assert "mu/head/0" in keys and "count/enc/w" in keys
+    assert gradtx.state_dict(packed_state)["mu/head/0"].dtype == jnp.float32
+
+
+def test_a_nested_packed_subtree_keeps_its_prefix():
+    params = {"body": gradtx.pack({"w": jnp.ones(2), "v": jnp.ones(3)}), "head": jnp.ones(2)}
+    tx = gradtx.sgd(0.1, momentum=0.9)
+    keys = sorted(gradtx.state_dict(tx.init(params)))
+    assert keys == ["trace/body/v", "trace/body/w", "trace/head"]
+
+
+def test_a_none_gradient_for_the_packed_part_leaves_it_and_its_state_alone():
+    params = {"body": gradtx.pack({"w": jnp.ones(2)}), "head": jnp.ones(2)}
+    tx = gradtx.adam(0.1)
+    state = tx.init(params)
+    updates, new_state = tx.update({"body": None, "head": jnp.ones(2)}, state, params)
+    assert updates["body"] is None
+    flat, new_flat = gradtx.state_dict(state), gradtx.state_dict(new_state)
+    assert int(new_flat["count/body/w"]) == 0 and int(new_flat["count/head"]) == 1
+    np.testing.assert_array_equal(new_flat["mu/body/w"], flat["mu/body/w"])
+    new_params = gradtx.apply_updates(params, updates)
+    assert new_params["body"].buffers[0] is params["body"].buffers[0]
+
+
+def test_init_accepts_shape_dtype_structs():
+    packed = jax.eval_shape(gradtx.pack, _params())
+    state = jax.eval_shape(gradtx.adam(1e-3).init, packed)
+    assert gradtx.state_dict(state)["mu/enc/w"].shape == (3, 4)
+
+
+def test_global_norm_of_packed_equals_the_tree():
+    params = _params()
+    np.testing.assert_allclose(
+        gradtx.global_norm(gradtx.pack(params)), gradtx.global_norm(params), rtol=1e-6
+    )
+
+
+def test_pack_rejects_non_float_leaves_by_path():
+    with pytest.raises(TypeError, match=r"'step'.*only floating-point"):
+        gradtx.pack({"w": jnp.ones(2), "step": jnp.int32(3)})
+    with pytest.raises(TypeError, match="already packed"):
+        gradtx.pack({"a": gradtx.pack({"w": jnp.ones(2)})})
+
+
+def test_unpack_checks_the_offsets():
+    packed = gradtx.pack({"w": jnp.ones(2), "v": jnp.ones(2)})
+    with pytest.raises(ValueError, match="expected 2 offsets"):
+        packed.unpack(packed.offsets()[:1])
+
+
+def test_mixing_packed_and_unpacked_trees_is_an_error_naming_the_path():
+    params = {"w": jnp.ones(2)}
+    packed = gradtx.pack(params)
+    with pytest.raises(KeyError, match="The params are packed at"):
+        gradtx.apply_updates(packed, {"w": jnp.ones(2)})
+    with pytest.raises(TypeError, match="at path 'body' one tree holds packed params"):
+        gradtx.apply_updates({"body": packed}, {"body": jnp.ones(2)})
+    other = gradtx.pack({"w": jnp.ones(2), "v": jnp.ones(1)})
+    with pytest.raises(ValueError, match="different layouts"):
+        gradtx.apply_updates(packed, other)
+    tx = gradtx.adam(1e-3)
+    with pytest.raises(ValueError, match="different layouts"):
+        tx.update(other, tx.init(packed), packed)
+
+
+def test_loading_unequal_counts_into_one_buffer_is_an_error():
+    params = {"w": jnp.ones(2), "v": jnp.ones(2)}
+    tx = gradtx.adam(1e-3)
+    state = tx.init(params)
+    _, state = tx.update({"w": jnp.ones(2), "v": None}, state, params)
+    flat = gradtx.state_dict(state)
+    with pytest.raises(ValueError, match="loaded values differ"):
+        gradtx.load_state_dict(tx, gradtx.pack(params), flat)
