@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--only", default="", help="run workloads whose name contains this")
+    parser.add_argument("--skip", default=None, help="skip workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/latest.json")
     parser.add_argument("--no-training", action="store_true", help="skip the training steps")
     args = parser.parse_args(argv)
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> dict:
         ]
         reps, eager_reps, rounds = 10, 2, 1
     workloads = [w for w in workloads if args.only in w.name]
+    if args.skip:
+        workloads = [w for w in workloads if args.skip not in w.name]
     print(
         f"jax {jax.__version__} on {jax.default_backend()}; times are medians in ms; "
         "'don' = donated jitted step, 'xB' = x the bandwidth bound, 'cmp' = compile s, "

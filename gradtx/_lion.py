@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._adam import _dtype_or_none
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype, zeros_for
+from gradtx._lift import as_stored, compute_dtype, zeros_for
 from gradtx._module import hyperparam, static
 
 __all__ = ["scale_by_lion"]
@@ -31,13 +31,17 @@ class ScaleByLion(ElementwiseTransform):
         return {"mu": zeros_for(param, self.mu_dtype)}
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        """`u = sign(b1 m + (1 - b1) g)`, `m = b2 m + (1 - b2) g`, both from one read of `m`."""
+        """`m' = b2 m + (1 - b2) g`, then `u = sign(b1 m' + (b2 - b1) g)` from the new `m'`.
+
+        `b1 m + (1 - b1) g` equals `(b1 m' + (b2 - b1) g) / b2`, so the update can be read off
+        the new momentum: XLA then reads the old momentum once, and a donated `mu` is
+        overwritten in place instead of being copied first (the old one is not needed after).
+        """
         dtype = compute_dtype(g, slots["mu"])
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         grad = g.astype(dtype)
-        mu = slots["mu"].astype(dtype)  # the only read of the stored momentum
-        u = jnp.sign(b1 * mu + (1 - b1) * grad)
-        new_mu = b2 * mu + (1 - b2) * grad
+        new_mu = as_stored(b2 * slots["mu"].astype(dtype) + (1 - b2) * grad, slots["mu"])
+        u = jnp.sign(b1 * new_mu + (b2 - b1) * grad)
         return u.astype(g.dtype), {"mu": new_mu}
 
 
