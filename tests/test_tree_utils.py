@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from trees import ZOO, Dense, Layer, Linear, colliding, grads_like
 
 import gradtx
 from gradtx import tree as gt
 from gradtx.paths import DuplicatePathError, SelectorError
-from tests.trees import ZOO, Dense, Layer, Linear, colliding, grads_like
 
 
 def _np(x):
