@@ -11,7 +11,7 @@ from gradtx._lift import compute_dtype, map_updates
 from gradtx._module import hyperparam
 from gradtx._paths import flatten, is_unit
 
-__all__ = ["clip", "clip_by_global_norm", "global_norm"]
+__all__ = ["clip", "clip_by_global_norm", "global_norm", "global_sum_of_squares"]
 
 
 def global_norm(updates: Any) -> jnp.ndarray:
@@ -21,12 +21,17 @@ def global_norm(updates: Any) -> jnp.ndarray:
         >>> global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0]), "c": None})
         Array(5., dtype=float32)
     """
+    return jnp.sqrt(global_sum_of_squares(updates))
+
+
+def global_sum_of_squares(updates: Any) -> jnp.ndarray:
+    """The sum of squares of all leaves (packed buffers included), in float32."""
     total = jnp.zeros((), jnp.float32)
     for leaf in flatten(updates)[1]:
         for array in leaf.buffers if is_unit(leaf) else (leaf,):
             if array is not None:
                 total = total + _sum_of_squares(array).astype(total.dtype)
-    return jnp.sqrt(total)
+    return total
 
 
 def _sum_of_squares(x: Any) -> jnp.ndarray:

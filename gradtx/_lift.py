@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._packed import Packed, check_same_layout
+from gradtx._packed import Packed, check_same_layout, slice_leaf
 from gradtx._paths import flatten, is_unit
 
 __all__ = [
@@ -311,14 +311,13 @@ def _update_by_leaf(
     pieces: list = []
     slot_pieces: dict[str, list] = {name: [] for name in slots_g}
     for spec in layout.by_group[group]:
-        lo, hi = spec.offset, spec.offset + spec.size
 
-        def cut(x: Any, lo: int = lo, hi: int = hi, shape: tuple = spec.shape) -> Any:
-            return x if np.ndim(x) == 0 else x[lo:hi].reshape(shape)
+        def cut(x: Any, spec: Any = spec) -> Any:
+            return x if np.ndim(x) == 0 else slice_leaf(x, spec)
 
         g_leaf = cut(grad)
         old = {name: cut(value) for name, value in slots_g.items()}
-        selected = mask is True or (spec.size > 0 and bool(mask[lo]))
+        selected = mask is True or (spec.size > 0 and bool(mask[spec.offset]))
         if selected:
             u, changed = leaf_update(g_leaf, old, None if param_g is None else cut(param_g))
         else:

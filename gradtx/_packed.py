@@ -25,7 +25,7 @@ from jax import lax
 
 from gradtx._paths import flatten
 
-__all__ = ["Layout", "Packed", "join_path", "pack"]
+__all__ = ["Layout", "Packed", "join_path", "pack", "slice_leaf"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +183,7 @@ class Packed:
             elif isinstance(buffer, jax.ShapeDtypeStruct):
                 yield join_path(prefix, spec.path), jax.ShapeDtypeStruct(spec.shape, buffer.dtype)
             else:
-                yield join_path(prefix, spec.path), _slice(buffer, spec)
+                yield join_path(prefix, spec.path), slice_leaf(buffer, spec)
 
     def structure(self) -> Any:
         """The original tree with `jax.ShapeDtypeStruct` leaves (what selectors look at)."""
@@ -226,13 +226,14 @@ def check_same_layout(a: Packed, b: Any, owner: str, path: str = "") -> None:
         )
 
 
-def _slice(buffer: Any, spec: LeafSpec) -> Any:
+def slice_leaf(buffer: Any, spec: LeafSpec) -> Any:
+    """The leaf `spec` describes, cut out of its buffer at its (static) offset."""
     return lax.slice(buffer, (spec.offset,), (spec.offset + spec.size,)).reshape(spec.shape)
 
 
 def _unpack_leaves(layout: Layout, buffers: tuple, offsets: tuple | None) -> list:
     if offsets is None:
-        return [_slice(buffers[s.group], s) for s in layout.specs]
+        return [slice_leaf(buffers[s.group], s) for s in layout.specs]
     return [
         lax.dynamic_slice(buffers[s.group], (o,), (s.size,)).reshape(s.shape)
         for s, o in zip(layout.specs, offsets)

@@ -6,11 +6,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._clipping import _sum_of_squares
+from gradtx._clipping import global_sum_of_squares
 from gradtx._elementwise import ElementwiseTransform
 from gradtx._lift import compute_dtype, map_updates
 from gradtx._module import hyperparam, static
-from gradtx._paths import flatten, is_unit
 
 __all__ = ["scale_by_polyak"]
 
@@ -48,11 +47,7 @@ class ScaleByPolyak(ElementwiseTransform):
         value = extra.get("value")
         if value is None:
             raise _missing_value(self.name)
-        squared = jnp.zeros((), jnp.float32)
-        for leaf in flatten(updates)[1]:
-            for array in leaf.buffers if is_unit(leaf) else (leaf,):
-                if array is not None:
-                    squared = squared + _sum_of_squares(array).astype(squared.dtype)
+        squared = global_sum_of_squares(updates)
         gap = jnp.asarray(value, jnp.float32) - self.f_min
         if self.variant == "sps+":
             gap = jnp.maximum(gap, 0.0)
