@@ -1,6 +1,7 @@
 """gradtx: functional gradient transformations for JAX, where a parameter's identity is its path."""
 
-from gradtx import paths, schedules, tree
+from gradtx import contrib, paths, schedules, tree
+from gradtx._accumulate import accumulate, multi_steps
 from gradtx._adagrad import scale_by_adadelta, scale_by_rss
 from gradtx._adam import scale_by_adam
 from gradtx._adam_family import (
@@ -27,9 +28,20 @@ from gradtx._adaptive_optimizers import (
 )
 from gradtx._apply import apply_updates
 from gradtx._base import Transformation
+from gradtx._block_rms import clip_by_block_rms, scale_by_param_block_rms
 from gradtx._chain import chain, named_chain
 from gradtx._clipping import clip, clip_by_global_norm, global_norm
+from gradtx._conditional import conditionally_mask, conditionally_transform
+from gradtx._explain import explain
+from gradtx._factored import adafactor, scale_by_factored_rms
+from gradtx._finite import apply_if_finite
+from gradtx._freeze import freeze, selective_transform, trainable
+from gradtx._grad_clipping import adaptive_grad_clip, per_example_global_norm_clip
+from gradtx._hyperparams import hyperparams, reset, set_hyperparams
+from gradtx._inject import inject_hyperparams
 from gradtx._lion import scale_by_lion
+from gradtx._lookahead import lookahead
+from gradtx._masked import masked
 from gradtx._misc_transforms import (
     add_noise,
     centralize,
@@ -55,6 +67,7 @@ from gradtx._more_optimizers import (
 from gradtx._novograd import scale_by_novograd
 from gradtx._optimizers import adam, adamw, sgd
 from gradtx._packed import Packed, pack
+from gradtx._partition import multi_transform, partition
 from gradtx._polyak import scale_by_polyak
 from gradtx._rms import scale_by_rms, scale_by_stddev
 from gradtx._scale import identity, scale, scale_by_learning_rate, scale_by_schedule, set_to_zero
@@ -67,6 +80,7 @@ from gradtx._state_dict import (
     state_dict,
 )
 from gradtx._trace import trace
+from gradtx._trust_ratio import lamb, lars, scale_by_trust_ratio
 from gradtx._weight_decay import add_decayed_weights
 
 __version__ = "0.1.0"
@@ -76,29 +90,52 @@ __all__ = [
     "Packed",
     "StateMismatchError",
     "Transformation",
+    "accumulate",
     "adabelief",
     "adadelta",
+    "adafactor",
     "adagrad",
     "adam",
     "adamax",
     "adamaxw",
     "adamw",
     "adan",
+    "adaptive_grad_clip",
     "add_decayed_weights",
     "add_noise",
     "amsgrad",
+    "apply_if_finite",
     "apply_updates",
     "centralize",
     "chain",
+    "contrib",
+    "explain",
+    "freeze",
+    "hyperparams",
+    "inject_hyperparams",
+    "masked",
+    "multi_transform",
+    "partition",
+    "reset",
+    "selective_transform",
+    "set_hyperparams",
+    "trainable",
     "clip",
+    "clip_by_block_rms",
     "clip_by_global_norm",
+    "conditionally_mask",
+    "conditionally_transform",
     "ema",
     "fromage",
     "global_norm",
     "identity",
     "keep_params_nonnegative",
+    "lamb",
+    "lars",
     "lion",
     "load_state_dict",
+    "lookahead",
+    "multi_steps",
     "nadam",
     "nadamw",
     "named_chain",
@@ -108,6 +145,7 @@ __all__ = [
     "novograd",
     "optimistic_gradient_descent",
     "pack",
+    "per_example_global_norm_clip",
     "paths",
     "polyak_sgd",
     "radam",
@@ -121,10 +159,12 @@ __all__ = [
     "scale_by_adan",
     "scale_by_amsgrad",
     "scale_by_belief",
+    "scale_by_factored_rms",
     "scale_by_learning_rate",
     "scale_by_lion",
     "scale_by_novograd",
     "scale_by_optimistic_gradient",
+    "scale_by_param_block_rms",
     "scale_by_polyak",
     "scale_by_radam",
     "scale_by_rms",
@@ -133,6 +173,7 @@ __all__ = [
     "scale_by_schedule",
     "scale_by_sign",
     "scale_by_stddev",
+    "scale_by_trust_ratio",
     "scale_by_yogi",
     "scale_gradient",
     "schedules",

@@ -50,6 +50,26 @@ class Transformation(Module):
         """Transform `updates` and advance `state` for the paths present in `updates`."""
         raise TypeError(f"{type(self).__name__} does not define update")
 
+    def frozen_paths(self, params: Params) -> frozenset[str]:
+        """Paths whose update is zero whatever the gradient (frozen by `gradtx.freeze`).
+
+        Wrappers such as `accumulate` keep no buffers for them. Combinators answer for their
+        children; a plain transformation freezes nothing.
+        """
+        return frozenset()
+
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """What this transformation does to each path at `step`, for `gradtx.explain`.
+
+        Returns `{path: [(name, {hyperparameter: value}), ...]}` for the paths it acts on, in
+        the order the steps run. A plain transformation acts on every present path with its own
+        numeric hyperparameters (schedules evaluated at `step`); combinators override this.
+        """
+        from gradtx._describe import own_hyperparams, present_paths
+
+        entry = (self.name, own_hyperparams(self, step))
+        return {path: [entry] for path in present_paths(params)}
+
 
 class ForeignTransform(Transformation):
     """An optax-style `(init, update)` pair run inside gradtx combinators, kept static.

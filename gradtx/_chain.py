@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._base import Transformation, as_transformation
+from gradtx._describe import merge_descriptions
 from gradtx._module import static
 
 __all__ = ["Chain", "chain", "named_chain"]
@@ -87,6 +88,14 @@ class Chain(Transformation):
             else:
                 state[name] = child
         return state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The last child's frozen paths (a later child could add to a frozen update)."""
+        return self.transforms[-1].frozen_paths(params) if self.transforms else frozenset()
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The children's steps, in order, for each path."""
+        return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run each child's update in order, passing `params` and `**extra` along."""

@@ -54,6 +54,14 @@ class ElementwiseTransform(Transformation):
         """Paths to transform (others pass through); `None` means every present path."""
         return None
 
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """Every selected path, with this transformation's hyperparameters at `step`."""
+        described = super().describe(params, step)
+        chosen = self.selected_paths(params, params)
+        if chosen is None:
+            return described
+        return {path: steps for path, steps in described.items() if path in chosen}
+
     def check_state(self, state: Any) -> None:
         """Raise a clear error if `state` was not made by this transformation's `init`."""
         missing = [k for k in self.state_keys() if not isinstance(state, Mapping) or k not in state]

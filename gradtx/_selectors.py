@@ -277,7 +277,12 @@ def select(
 
 
 def resolve_labels(
-    tree: Any, labels: Any, known: tuple[Hashable, ...] | None = None, argument: str = "labels"
+    tree: Any,
+    labels: Any,
+    known: tuple[Hashable, ...] | None = None,
+    argument: str = "labels",
+    *,
+    strict: bool = True,
 ) -> dict[str, Hashable]:
     """Give every non-`None` leaf of `tree` exactly one label.
 
@@ -288,6 +293,8 @@ def resolve_labels(
             `{label: selector}`, any other dict as a pytree of labels.
         known: the valid labels; a label outside it is an error naming the path.
         argument: the argument's name, used in error messages.
+        strict: a `{label: selector}` selector that matches nothing raises (turn off for a
+            partial tree that may hold none of a label's paths).
 
     Returns:
         `{path: label}` in tree order.
@@ -303,7 +310,7 @@ def resolve_labels(
     if isinstance(labels, Mapping) and (known is None or set(labels) <= set(known)):
         owners: dict[str, list] = {p: [] for p in tree_paths}
         for label, selector in labels.items():
-            for p in select(tree, selector, argument=f"{argument}[{label!r}]"):
+            for p in select(tree, selector, strict=strict, argument=f"{argument}[{label!r}]"):
                 owners[p].append(label)
         for p in tree_paths:
             if not owners[p]:
@@ -317,6 +324,13 @@ def resolve_labels(
     elif callable(labels) and not _is_label_tree(labels):
         for p in tree_paths:
             out[p] = labels(p)
+            if not isinstance(out[p], Hashable) or not isinstance(out[p], (str, int)):
+                raise LabelError(
+                    f"`{argument}`: a label function is called as f(path) -> label and must "
+                    f"return a str or int; for path {p!r} it returned "
+                    f"{type(out[p]).__name__}. For an optax-style f(params) -> tree of labels, "
+                    "pass the label tree f(params) itself."
+                )
     else:
         out = _labels_from_tree(labels, tree_paths, argument)
     if known is not None:

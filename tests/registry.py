@@ -37,6 +37,11 @@ NON_TRANSFORMATIONS = frozenset(
         "tree",
         "pack",
         "Packed",
+        "contrib",
+        "explain",
+        "hyperparams",
+        "set_hyperparams",
+        "reset",
     }
 )
 
@@ -60,6 +65,8 @@ class Entry:
             (mu_dtype/nu_dtype/accumulator_dtype), or None if there is no such option.
         packed: works on packed params (`gradtx.pack`); False where the transformation keeps
             per-array state a packed buffer cannot hold and refuses them with a clear error.
+        reference_rtol, oracle_rtol, scan_rtol: tolerances of the NumPy reference, optax and
+            `lax.scan` checks (defaults 1e-5, 1e-6, 1e-6).
     """
 
     id: str
@@ -74,6 +81,11 @@ class Entry:
     uses_scalar: bool = True
     with_state_dtype: Callable[[Any, Any], Any] | None = None
     packed: bool = True
+    # Float32 tolerances of the numeric checks (reference, optax, jit-vs-scan); an entry that
+    # loosens one says why next to it (e.g. Newton-Schulz iterations amplify rounding).
+    reference_rtol: float = 1e-5
+    oracle_rtol: float = 1e-6
+    scan_rtol: float = 1e-6
 
     def __str__(self) -> str:
         return self.id
@@ -390,12 +402,22 @@ REGISTRY: tuple[Entry, ...] = (
 # The optimizer catalogue keeps its entries in files of its own (they import `Entry` from here).
 from registry_adaptive import ADAPTIVE  # noqa: E402
 from registry_misc import MISC  # noqa: E402
+from registry_per_leaf import PER_LEAF  # noqa: E402
+from registry_wrappers import WRAPPERS  # noqa: E402
 
 REGISTRY = REGISTRY + ADAPTIVE + MISC
+REGISTRY = REGISTRY + PER_LEAF
+REGISTRY = REGISTRY + WRAPPERS
+from registry_combinators import COMBINATORS  # noqa: E402
+from registry_contrib import CONTRIB  # noqa: E402
+
+REGISTRY = REGISTRY + CONTRIB
+REGISTRY = REGISTRY + COMBINATORS
 
 BY_ID = {e.id: e for e in REGISTRY}
 
 
 def covered_names() -> set[str]:
-    """The public names that have at least one registry entry."""
-    return {e.name for e in REGISTRY}
+    """The public names that have at least one registry entry (`contrib.muon` counts for the
+    subpackage `contrib`; tests/test_contrib.py checks its own names)."""
+    return {e.name.split(".")[0] for e in REGISTRY}

@@ -222,13 +222,13 @@ def test_matches_numpy_reference(entry):
             np.testing.assert_allclose(
                 np.asarray(u, np.float64),
                 want,
-                rtol=1e-5,
+                rtol=entry.reference_rtol,
                 atol=1e-6 * float(np.max(np.abs(want), initial=0.0)),
                 err_msg=f"step {k}, path {path}",
             )
     for path, p in flat(params).items():
         error = np.abs(np.asarray(p, np.float64) - ref_params[path])
-        assert np.all(error <= 1e-5 * magnitude[path]), (path, error, magnitude[path])
+        assert np.all(error <= entry.reference_rtol * magnitude[path]), (path, error)
 
 
 @pytest.mark.parametrize("entry", ORACLES)
@@ -243,8 +243,8 @@ def test_matches_optax(entry):
         for k, grads in enumerate(GRADS):
             o_updates, o_state = oracle.update(grads, o_state, o_params)
             o_params = jax.tree.map(lambda p, u: p + u, o_params, o_updates)
-            assert_trees_close(history[k], o_updates, rtol=1e-6)
-    assert_trees_close(params, o_params, rtol=1e-6)
+            assert_trees_close(history[k], o_updates, rtol=entry.oracle_rtol)
+    assert_trees_close(params, o_params, rtol=entry.oracle_rtol)
 
 
 # --- state structure and dtypes -----------------------------------------------------------------
@@ -494,10 +494,10 @@ def test_inside_lax_scan(entry):
 
     params, state, history = run(PARAMS, tx.init(PARAMS), GRAD_STACK)
     e_params, e_state, e_history = run_eager(tx, PARAMS, GRADS)
-    assert_trees_close(params, e_params, rtol=1e-6)
-    assert_trees_close(state, e_state, rtol=1e-6)
+    assert_trees_close(params, e_params, rtol=entry.scan_rtol)
+    assert_trees_close(state, e_state, rtol=entry.scan_rtol)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *e_history)
-    assert_trees_close(history, stacked, rtol=1e-6)
+    assert_trees_close(history, stacked, rtol=entry.scan_rtol)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -535,7 +535,9 @@ def test_packed_params_match_the_tree(entry):
     so checkpoints are shared between packed and unpacked models."""
     tx = entry.make(entry.scalar)
     if not entry.packed:
-        with pytest.raises(TypeError, match="packed params"):
+        # TypeError: the transformation cannot run on packed params; ValueError: the entry's
+        # selection splits the packed buffer, which belongs to one group.
+        with pytest.raises((TypeError, ValueError), match="packed params"):
             tx.init(gradtx.pack(PARAMS))
         return
     params, state, history = run_eager(tx, PARAMS, GRADS[:4])

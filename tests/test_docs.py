@@ -17,12 +17,15 @@ import gradtx
 
 ROOT = Path(__file__).resolve().parents[1]
 API_MD = ROOT / "docs" / "api.md"
+CONTRIB_MD = ROOT / "docs" / "contrib.md"  # the reference of gradtx.contrib
 NOTEBOOKS = ROOT / "notebooks"
 PAGES = [
     "README.md",
     "docs/getting-started.md",
     "docs/paths-and-selectors.md",
+    "docs/parameter-groups.md",
     "docs/packed-params.md",
+    "docs/contrib.md",
 ]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -36,6 +39,7 @@ def _public_names() -> list[str]:
     names += [f"gradtx.paths.{n}" for n in gradtx.paths.__all__]
     names += [f"gradtx.schedules.{n}" for n in gradtx.schedules.__all__]
     names += [f"gradtx.tree.{n}" for n in gradtx.tree.__all__]
+    names += [f"gradtx.contrib.{n}" for n in gradtx.contrib.__all__]
     return names
 
 
@@ -51,7 +55,7 @@ def _resolve(dotted: str) -> object:
 
 
 def test_every_public_name_is_in_the_api_reference():
-    targets = set(_api_targets())
+    targets = set(_api_targets()) | set(_api_targets(CONTRIB_MD))
     missing = [name for name in _public_names() if name not in targets]
     assert not missing, f"docs/api.md has no `::: name` block for: {missing}"
 
@@ -77,7 +81,8 @@ def test_the_coverage_check_sees_a_missing_name(tmp_path):
 
 
 def _modules() -> list[str]:
-    return sorted(f"gradtx.{m.name}" for m in pkgutil.iter_modules(gradtx.__path__))
+    contrib = [f"gradtx.contrib.{m.name}" for m in pkgutil.iter_modules(gradtx.contrib.__path__)]
+    return sorted([f"gradtx.{m.name}" for m in pkgutil.iter_modules(gradtx.__path__)] + contrib)
 
 
 def _run_doctests(tests: list[doctest.DocTest]) -> tuple[int, str]:

@@ -1,0 +1,127 @@
+"""Helpers shared by the contrib algorithms: parameter copies and global reductions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._lift import compute_dtype, zeros_for
+from gradtx._paths import flatten, is_unit
+
+__all__ = [
+    "arrays_of",
+    "bias_correction",
+    "copy_of",
+    "flat_dot",
+    "global_sum",
+    "paired_arrays",
+    "pairwise_sum",
+    "scalar_copy",
+    "tree_sum",
+]
+
+
+def copy_of(param: Any) -> jax.Array:
+    """A copy of `param` (its own buffer, so params and state can both be donated).
+
+    A `jax.ShapeDtypeStruct` has no values: it gives zeros of its shape and dtype, which is
+    what restoring a checkpoint into `init(abstract_params)` needs.
+    """
+    if isinstance(param, jax.ShapeDtypeStruct):
+        return zeros_for(param)
+    return jnp.array(param, copy=True)
+
+
+def arrays_of(value: Any) -> tuple:
+    """The arrays behind one state or tree entry: a packed unit's buffers, else the array."""
+    if value is None:
+        return ()
+    return tuple(value.buffers) if is_unit(value) else (value,)
+
+
+def global_sum(values: Iterable[Any], fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """`sum(fn(array))` over every array of `values` (packed buffers included), in float32."""
+    total = jnp.zeros((), jnp.float32)
+    for value in values:
+        for array in arrays_of(value):
+            wide = array.astype(compute_dtype(array))
+            total = total + fn(wide).astype(jnp.float32)
+    return total
+
+
+def paired_arrays(tree: Any, by_path: dict[str, Any]) -> list[tuple[jax.Array, jax.Array]]:
+    """`(leaf_array, by_path[path]_array)` for every non-`None` leaf of `tree`.
+
+    Packed units give one pair per buffer. A path missing from `by_path` is an error that
+    names it.
+    """
+    out = []
+    paths, leaves, _ = flatten(tree)
+    for path, leaf in zip(paths, leaves):
+        if leaf is None:
+            continue
+        if path not in by_path:
+            raise KeyError(
+                f"the state has no entry for path {path!r} (state paths: "
+                f"{list(by_path)[:6]}); call `gradtx.reconcile(tx, state, params)` after "
+                "changing the params."
+            )
+        out.extend(zip(arrays_of(leaf), arrays_of(by_path[path])))
+    return out
+
+
+def tree_sum(tree: Any, fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """`sum(fn(array))` over the non-`None` leaves of `tree` (packed buffers included)."""
+    return global_sum(flatten(tree)[1], fn)
+
+
+def scalar_copy(value: Any) -> jax.Array:
+    """A float32 scalar in a buffer of its own.
+
+    A hyperparameter leaf must not be aliased by the state, or donating the state would
+    donate the transformation's leaf too.
+    """
+    return jnp.array(value, dtype=jnp.float32, copy=True)
+
+
+def bias_correction(decay: jax.Array, t: jax.Array) -> jax.Array:
+    """`1 - decay**t` to full float32 precision: `-expm1(t * log1p(decay - 1))`.
+
+    Written as `1 - decay**t` it loses up to 5 digits in float32 for `decay` near 1 and small
+    `t` (`1 - 0.999**2`), which D-Adaptation's global step-size estimate then amplifies.
+    """
+    return -jnp.expm1(t * jnp.log1p(decay - 1))
+
+
+def pairwise_sum(x: jax.Array) -> jax.Array:
+    """The sum of all elements, added in a fixed pairwise order with elementwise adds.
+
+    A reduction's rounding depends on how the compiler vectorises it, which can differ
+    between two compilations of the same step (for example with and without donated
+    buffers): a global scalar kept in the state would then differ in its last bit. Halving
+    with elementwise adds fixes the order: `log2(n)` passes over a shrinking array.
+    """
+    x = jnp.ravel(x)
+    if x.size == 0:
+        return jnp.zeros((), x.dtype)
+    while x.size > 1:
+        if x.size % 2:
+            x = jnp.concatenate([x, jnp.zeros((1,), x.dtype)])
+        pairs = x.reshape(-1, 2)
+        x = pairs[:, 0] + pairs[:, 1]
+    return x[0]
+
+
+def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
+    """The inner product of two trees given as `(a, b)` pairs of arrays, in float32.
+
+    Summed with `pairwise_sum`, so the result is bit-for-bit the same in every compilation.
+    """
+    total = jnp.zeros((), jnp.float32)
+    for a, b in pairs:
+        dtype = compute_dtype(a, b)
+        total = total + pairwise_sum(a.astype(dtype) * b.astype(dtype)).astype(jnp.float32)
+    return total

@@ -1,0 +1,439 @@
+"""Muon: momentum orthogonalised by Newton-Schulz iterations for matrices, Adam elsewhere."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._adam import ScaleByAdam, _dtype_or_none
+from gradtx._elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._misc_transforms import reject_packed
+from gradtx._module import hyperparam, static
+from gradtx._paths import flatten
+from gradtx._scale import ScalarOrSchedule
+from gradtx._selectors import as_selector, select
+
+__all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
+
+DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+NS_COEFFS_PRESETS = {
+    "standard": DEFAULT_NS_COEFFS,
+    "dion": (
+        (4.0848, -6.8946, 2.9270),
+        (3.9505, -6.3029, 2.6377),
+        (3.7418, -5.5913, 2.3037),
+        (2.8769, -3.1427, 1.2046),
+        (2.8366, -3.0525, 1.2012),
+    ),
+}
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _optional_selector(mask: Any, name: str) -> Any:
+    return None if mask is None else as_selector(mask, name)
+
+
+def _ns_coeffs(value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in NS_COEFFS_PRESETS:
+            raise ValueError(
+                f"`ns_coeffs`: unknown preset {value!r}; the presets are "
+                f"{sorted(NS_COEFFS_PRESETS)}, or pass (a, b, c) or a tuple of such triples."
+            )
+        value = NS_COEFFS_PRESETS[value]
+    shape = np.shape(value)
+    if len(shape) not in (1, 2) or shape[-1] != 3:
+        raise ValueError(
+            f"`ns_coeffs` must be a triple (a, b, c) or a tuple of triples, got shape {shape}"
+        )
+    return value
+
+
+def orthogonalize_via_newton_schulz(
+    x: jax.Array, ns_coeffs: Any = DEFAULT_NS_COEFFS, ns_steps: int = 5, eps: float = 1e-8
+) -> jax.Array:
+    r"""Approximately orthogonalise a matrix: $U V^\top$ for $X = U S V^\top$, roughly.
+
+    $X$ is first divided by $\lVert X\rVert_F + \epsilon$ (so its singular values are at most
+    1), transposed if it has more rows than columns, then iterated with the quintic
+
+    $$X \leftarrow a X + \left(b\, A + c\, A^2\right) X,\qquad A = X X^\top$$
+
+    `ns_steps` times with one triple $(a, b, c)$, or once per row of a tuple of triples. The
+    default coefficients push small singular values up fast and leave all of them roughly in
+    $[0.7, 1.2]$ rather than exactly 1, which does not hurt training. Runs in at least
+    float32, matrix products at full precision.
+
+    Args:
+        x: a matrix (2-D).
+        ns_coeffs: a triple $(a, b, c)$ or a tuple of triples (one per iteration).
+        ns_steps: the number of iterations with a single triple.
+        eps: added to the Frobenius norm.
+
+    Examples:
+        >>> o = orthogonalize_via_newton_schulz(jnp.array([[3.0, 0.0], [0.0, 0.5]]))
+        >>> bool(jnp.all(jnp.abs(jnp.diag(o) - 1) < 0.3)), float(o[0, 1])
+        (True, 0.0)
+    """
+    if x.ndim != 2:
+        raise ValueError(f"Newton-Schulz orthogonalisation needs a matrix, got shape {x.shape}")
+    dtype = compute_dtype(x)
+    coeffs = jnp.asarray(ns_coeffs, jnp.float32).astype(dtype)
+    rows = [coeffs[i] for i in range(coeffs.shape[0])] if coeffs.ndim == 2 else [coeffs] * ns_steps
+    y = x.astype(dtype)
+    transposed = y.shape[0] > y.shape[1]
+    if transposed:
+        y = y.T
+    y = y / (jnp.sqrt(jnp.sum(y * y)) + jnp.asarray(eps, jnp.float32).astype(dtype))
+    for a, b, c in rows:
+        gram = jnp.matmul(y, y.T, precision=_HIGHEST)
+        poly = b * gram + c * jnp.matmul(gram, gram, precision=_HIGHEST)
+        y = a * y + jnp.matmul(poly, y, precision=_HIGHEST)
+    return y.T if transposed else y
+
+
+def _momentum(g: Any, slots: dict, beta: Any, nesterov: bool) -> tuple[Any, dict, Any]:
+    """Bias-corrected (Nesterov) momentum of one array, in at least float32."""
+    dtype = compute_dtype(g, slots["mu"])
+    grad, b = g.astype(dtype), beta.astype(dtype)
+    mu = as_stored(b * slots["mu"].astype(dtype) + (1 - b) * grad, slots["mu"])
+    count = slots["count"] + jnp.int32(1)
+    t = count.astype(dtype)
+    if nesterov:
+        mu_hat = b * mu / (1 - b ** (t + 1)) + (1 - b) * grad / (1 - b**t)
+    else:
+        mu_hat = mu / (1 - b**t)
+    return mu_hat, {"mu": mu, "count": count}, dtype
+
+
+class _MuonMath:
+    """The Muon direction of one matrix: orthogonalised momentum (shared by both APIs)."""
+
+    def muon_direction(self: Any, g: Any, slots: dict) -> tuple[Any, dict]:
+        mu_hat, new, _ = _momentum(g, slots, self.beta, self.nesterov)
+        u = orthogonalize_via_newton_schulz(mu_hat, self.ns_coeffs, self.ns_steps, self.eps)
+        if self.adaptive:
+            u = jnp.sum(mu_hat * u) * u
+        return u, new
+
+
+def _matrix_paths(tree: Any, mask: Any, argument: str, strict: bool) -> set[str]:
+    """The 2-D leaves among the paths `mask` selects (default: every 2-D leaf)."""
+    paths, leaves, _ = flatten(tree)
+    matrices = {p for p, x in zip(paths, leaves) if x is not None and np.ndim(x) == 2}
+    if mask is None:
+        return matrices
+    return matrices & set(select(tree, mask, strict=strict, argument=argument))
+
+
+class ScaleByMuon(_MuonMath, ElementwiseTransform):
+    """Orthogonalised momentum for the selected matrices (see `scale_by_muon`)."""
+
+    name: ClassVar[str] = "scale_by_muon"
+    per_leaf_structure: ClassVar[bool] = True
+    ns_coeffs: Any = hyperparam(DEFAULT_NS_COEFFS)
+    ns_steps: int = static(5)
+    beta: Any = hyperparam(0.95)
+    eps: Any = hyperparam(1e-8)
+    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    nesterov: bool = static(True)
+    adaptive: bool = static(False)
+    mask: Any = static(None, converter=_optional_selector)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The momentum `mu` and the step `count` of each selected matrix."""
+        return ("mu", "count")
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero momentum (in `mu_dtype`, default the param's dtype) and count 0."""
+        return {"mu": zeros_for(param, self.mu_dtype), "count": jnp.zeros((), jnp.int32)}
+
+    def init(self, params: Any) -> dict:
+        """Slots for the selected matrices only (packed params are refused)."""
+        reject_packed(params, self.name, "orthogonalises each matrix on its own")
+        where = _matrix_paths(params, self.mask, "mask", strict=True)
+        return init_slots(params, self.init_leaf, self.state_keys(), where=where)
+
+    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+        """The selected matrices among the present paths; others pass through unchanged."""
+        tree = updates if params is None else params
+        return _matrix_paths(tree, self.mask, "mask", strict=False)
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """Momentum, bias correction, then Newton-Schulz orthogonalisation."""
+        u, new = self.muon_direction(g, slots)
+        return u.astype(g.dtype), new
+
+
+def scale_by_muon(
+    ns_coeffs: Any = DEFAULT_NS_COEFFS,
+    ns_steps: int = 5,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    mask: Any = None,
+) -> ScaleByMuon:
+    r"""Replace the update of each selected matrix by its orthogonalised momentum.
+
+    Per selected path, with step $t$ counted per path:
+
+    $$m_t = \beta m_{t-1} + (1-\beta) g_t,\qquad
+      \hat m_t = \frac{\beta\, m_t}{1-\beta^{t+1}} + \frac{(1-\beta)\, g_t}{1-\beta^t}
+      \ \text{(Nesterov) or}\ \frac{m_t}{1-\beta^t}$$
+
+    $$u_t = \operatorname{NS}(\hat m_t)\quad\text{or, with `adaptive`,}\quad
+      u_t = \langle \hat m_t, \operatorname{NS}(\hat m_t)\rangle\, \operatorname{NS}(\hat m_t)$$
+
+    where NS is `orthogonalize_via_newton_schulz` (Frobenius pre-scaling; optax's other
+    `preconditioning` options are not implemented). The orthogonalisation needs each whole
+    matrix, so packed params are refused. Paths the mask does not select pass through
+    unchanged and keep no state; `muon` sends them to Adam instead.
+
+    Args:
+        ns_coeffs: the Newton-Schulz coefficients $(a, b, c)$, a tuple of triples (one per
+            iteration), or a preset name (`"standard"`, `"dion"`).
+        ns_steps: the number of iterations with a single triple.
+        beta: decay of the momentum.
+        eps: added to the Frobenius norm before the iterations.
+        mu_dtype: dtype of `mu` (default: the parameter's dtype).
+        nesterov: use Nesterov momentum.
+        adaptive: scale by the dual norm $\langle \hat m, \operatorname{NS}(\hat m)\rangle$.
+        mask: selector of the paths to orthogonalise; of those, the 2-D leaves are
+            transformed (default: every 2-D leaf).
+
+    State:
+        `mu/<path>` shaped like the matrix and `count/<path>` (int32), for selected paths.
+
+    Examples:
+        >>> tx = gradtx.contrib.scale_by_muon()
+        >>> params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+        >>> sorted(gradtx.state_dict(tx.init(params)))
+        ['count/w', 'mu/w']
+        >>> u, _ = tx.update({"w": jnp.eye(2, 3), "b": jnp.ones(3)}, tx.init(params))
+        >>> u["b"]  # not a matrix: unchanged
+        Array([1., 1., 1.], dtype=float32)
+
+    References:
+        Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024
+        (github.com/KellerJordan/modded-nanogpt); Bernstein & Newhouse, "Old Optimizer, New
+        Norm: An Anthology", 2024.
+    """
+    return ScaleByMuon(
+        _ns_coeffs(ns_coeffs), int(ns_steps), beta, eps, mu_dtype, nesterov, adaptive, mask
+    )
+
+
+class Muon(_MuonMath, ElementwiseTransform):
+    """Muon for the selected matrices, AdamW for the other paths (see `muon`)."""
+
+    name: ClassVar[str] = "muon"
+    needs_params: ClassVar[bool] = True
+    per_leaf_structure: ClassVar[bool] = True
+    learning_rate: Any = hyperparam()
+    ns_coeffs: Any = hyperparam(DEFAULT_NS_COEFFS)
+    ns_steps: int = static(5)
+    beta: Any = hyperparam(0.95)
+    eps: Any = hyperparam(1e-8)
+    weight_decay: Any = hyperparam(0.0)
+    weight_decay_mask: Any = static(None, converter=_optional_selector)
+    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    nesterov: bool = static(True)
+    adaptive: bool = static(False)
+    adam_b1: Any = hyperparam(0.9)
+    adam_b2: Any = hyperparam(0.999)
+    adam_eps_root: Any = hyperparam(0.0)
+    adam_weight_decay: Any = hyperparam(0.0)
+    adam_learning_rate: Any = hyperparam(None)
+    muon_mask: Any = static(None, converter=_optional_selector)
+    consistent_rms: Any = hyperparam(None)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`mu` and `count` for every path, `nu` for the Adam paths."""
+        return ("mu", "nu", "count")
+
+    def _adam(self) -> ScaleByAdam:
+        return ScaleByAdam(
+            self.adam_b1, self.adam_b2, self.eps, self.adam_eps_root, self.mu_dtype, None,
+            self.nesterov,
+        )  # fmt: skip
+
+    def _groups(self, tree: Any, strict: bool) -> tuple[set, set, set]:
+        """(decayed matrices, other matrices, Adam paths) among the present paths."""
+        paths, leaves, _ = flatten(tree)
+        present = {p for p, x in zip(paths, leaves) if x is not None}
+        matrices = _matrix_paths(tree, self.muon_mask, "muon_mask", strict)
+        if self.weight_decay_mask is None:
+            decayed = set(matrices)
+        else:
+            chosen = select(
+                tree, self.weight_decay_mask, strict=strict, argument="weight_decay_mask"
+            )
+            decayed = matrices & set(chosen)
+        return decayed, matrices - decayed, present - matrices
+
+    def init(self, params: Any) -> dict:
+        """`mu`/`count` for every path and `nu` for the Adam paths (packed params refused)."""
+        reject_packed(params, self.name, "splits the params into matrices and other leaves")
+        decayed, plain, adam = self._groups(params, strict=True)
+        matrices = init_slots(
+            params,
+            lambda p: {"mu": zeros_for(p, self.mu_dtype), "count": jnp.zeros((), jnp.int32)},
+            ("mu", "count"),
+            where=decayed | plain,
+        )
+        others = init_slots(params, self._adam().init_leaf, ("mu", "nu", "count"), where=adam)
+        return {
+            "mu": {**matrices["mu"], **others["mu"]},
+            "nu": others["nu"],
+            "count": {**matrices["count"], **others["count"]},
+        }
+
+    def _shape_factor(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        fan_in, fan_out = shape
+        if self.consistent_rms is None:
+            return jnp.asarray(np.sqrt(max(1.0, fan_out / fan_in)), dtype)
+        return jnp.asarray(np.sqrt(max(fan_in, fan_out)), dtype) * self.consistent_rms.astype(dtype)
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Muon steps for the matrices, AdamW steps for the rest, each at its learning rate."""
+        self.check_state(state)
+        if params is None:
+            raise ValueError(
+                f"{self.name} needs the params: call `tx.update(updates, state, params)`."
+            )
+        decayed, plain, adam = self._groups(params, strict=False)
+        adam_lr = self.learning_rate if self.adam_learning_rate is None else self.adam_learning_rate
+
+        def matrix_step(decay: bool) -> Any:
+            def leaf(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+                u, new = self.muon_direction(g, slots)
+                u = u * self._shape_factor(g.shape, u.dtype)
+                if decay:
+                    u = u + self.weight_decay.astype(u.dtype) * param.astype(u.dtype)
+                lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
+                return (-lr * u).astype(g.dtype), new
+
+            return leaf
+
+        def adam_step(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+            u, new = self._adam().update_leaf(g, slots, param)
+            dtype = compute_dtype(g, param)
+            u = u.astype(dtype) + self.adam_weight_decay.astype(dtype) * param.astype(dtype)
+            lr = hyperparam_at(adam_lr, slots["count"]).astype(dtype)
+            return (-lr * u).astype(g.dtype), new
+
+        mu, count = state["mu"], state["count"]
+        matrix_slots = {"mu": mu, "count": count}
+        out = updates
+        for where, fn in ((decayed, matrix_step(True)), (plain, matrix_step(False))):
+            if where:
+                out, changed = update_slots(
+                    fn, out, matrix_slots, params, owner=self.name, where=where, per_leaf=True
+                )
+                matrix_slots = changed
+        adam_slots = {"mu": matrix_slots["mu"], "nu": state["nu"], "count": matrix_slots["count"]}
+        if adam:
+            out, adam_slots = update_slots(
+                adam_step, out, adam_slots, params, owner=self.name, where=adam, per_leaf=True
+            )
+        return out, adam_slots
+
+
+def muon(
+    learning_rate: ScalarOrSchedule,
+    ns_coeffs: Any = DEFAULT_NS_COEFFS,
+    ns_steps: int = 5,
+    beta: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_decay_mask: Any = None,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    adam_b1: float = 0.9,
+    adam_b2: float = 0.999,
+    adam_eps_root: float = 0.0,
+    adam_weight_decay: float = 0.0,
+    adam_learning_rate: ScalarOrSchedule | None = None,
+    muon_mask: Any = None,
+    consistent_rms: float | None = None,
+) -> Muon:
+    r"""Muon: orthogonalised momentum for matrices, AdamW for every other parameter.
+
+    For each 2-D leaf that the selector `muon_mask` picks (default: all of them), with the
+    direction $O_t$ of `scale_by_muon` and $W \in \mathbb{R}^{n_{in} \times n_{out}}$:
+
+    $$\theta_t = \theta_{t-1} - \eta_t \left(s\, O_t + \lambda\, \theta_{t-1}\right),\qquad
+      s = \sqrt{\max(1,\ n_{out}/n_{in})}\ \text{ or }\ \rho\sqrt{\max(n_{in}, n_{out})}$$
+
+    (the second with `consistent_rms` $= \rho$; the decay $\lambda$ only on the paths
+    `weight_decay_mask` selects). Every other path takes an AdamW step,
+    $\theta_t = \theta_{t-1} - \eta^{adam}_t (\mathrm{adam}_t + \lambda_{adam}\theta_{t-1})$,
+    with `adam_b1`, `adam_b2`, `eps`, `adam_eps_root`, Nesterov as `nesterov`, and the learning
+    rate `adam_learning_rate` (default: `learning_rate`). Learning-rate schedules are
+    evaluated at each path's step count. Packed params are refused (the split and the
+    orthogonalisation are per matrix).
+
+    Args:
+        learning_rate: the learning rate of the matrices (a number or a schedule).
+        ns_coeffs: the Newton-Schulz coefficients, a tuple of triples, or a preset name.
+        ns_steps: the number of Newton-Schulz iterations with a single triple.
+        beta: decay of the momentum of the matrices.
+        eps: added to the Frobenius norm before the iterations, and Adam's epsilon.
+        weight_decay: decoupled decay of the matrices (multiplied by the learning rate).
+        weight_decay_mask: selector of the matrices to decay (default: all of them).
+        mu_dtype: dtype of the momenta (default: the parameter's dtype).
+        nesterov: use Nesterov momentum (both for Muon and for Adam).
+        adaptive: scale the matrices' updates by the dual norm (see `scale_by_muon`).
+        adam_b1: decay of Adam's first moment.
+        adam_b2: decay of Adam's second moment.
+        adam_eps_root: added inside Adam's square root.
+        adam_weight_decay: decoupled decay of the Adam paths.
+        adam_learning_rate: the learning rate of the Adam paths (default: `learning_rate`).
+        muon_mask: selector of the paths for Muon; the 2-D leaves among them take Muon steps
+            (default: every 2-D leaf), all other leaves take Adam steps.
+        consistent_rms: $\rho$ for shape-independent update sizes (0.2 matches AdamW's), or
+            `None` for the width scaling $\sqrt{\max(1, n_{out}/n_{in})}$.
+
+    State:
+        `mu/<path>` and `count/<path>` for every path; `nu/<path>` for the Adam paths.
+
+    Examples:
+        >>> tx = gradtx.contrib.muon(0.02)
+        >>> params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        >>> sorted(gradtx.state_dict(tx.init(params)))
+        ['count/b', 'count/w', 'mu/b', 'mu/w', 'nu/b']
+        >>> tx = gradtx.contrib.muon(0.02, muon_mask="!head/**")  # the head's matrix: Adam
+
+    References:
+        Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024
+        (github.com/KellerJordan/modded-nanogpt); Liu et al., "Muon is Scalable for LLM
+        Training", 2025.
+    """
+    return Muon(
+        learning_rate,
+        _ns_coeffs(ns_coeffs),
+        int(ns_steps),
+        beta,
+        eps,
+        weight_decay,
+        weight_decay_mask,
+        mu_dtype,
+        nesterov,
+        adaptive,
+        adam_b1,
+        adam_b2,
+        adam_eps_root,
+        adam_weight_decay,
+        adam_learning_rate,
+        muon_mask,
+        consistent_rms,
+    )

@@ -1,0 +1,225 @@
+"""SAM: sharpness-aware minimisation, adversarial ascent steps between descent steps."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._apply import apply_updates
+from gradtx._base import Transformation, as_transformation
+from gradtx._describe import merge_descriptions, present_paths
+from gradtx._lift import compute_dtype, init_slots, update_slots
+from gradtx._module import static
+from gradtx._paths import flatten
+from gradtx.contrib._common import copy_of
+
+__all__ = ["sam"]
+
+
+def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
+    """`if_true` where `cond`, else `if_false`, leaf by leaf (`None` leaves stay `None`)."""
+
+    def pick(a: Any, b: Any) -> Any:
+        return None if a is None else jnp.where(cond, a, b)
+
+    return jax.tree.map(pick, if_true, if_false, is_leaf=lambda x: x is None)
+
+
+def _negate(updates: Any) -> Any:
+    return jax.tree.map(lambda u: -u, updates)
+
+
+def _sync_period(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`sync_period` must be an integer >= 1, got {value!r}")
+    return value
+
+
+class Sam(Transformation):
+    """Sharpness-aware minimisation around two inner optimizers (see `sam`)."""
+
+    name: ClassVar[str] = "sam"
+    optimizer: Any = None
+    adv_optimizer: Any = None
+    sync_period: int = static(2, converter=_sync_period)
+    reset_state: bool = static(True)
+    opaque_mode: bool = static(False)
+    batch_axis_name: Any = static(None)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The step within the cycle, both inner states, and the outer params (`cache`)."""
+        keys = ("steps_since_sync", "optimizer", "adv_optimizer")
+        return keys if self.opaque_mode else (*keys, "cache")
+
+    def init(self, params: Any) -> dict:
+        """The inner optimizers' states, and a copy of the params (transparent mode)."""
+        state = {
+            "steps_since_sync": jnp.zeros((), jnp.int32),
+            "optimizer": self.optimizer.init(params),
+            "adv_optimizer": self.adv_optimizer.init(params),
+        }
+        if not self.opaque_mode:
+            state["cache"] = init_slots(params, lambda p: {"cache": copy_of(p)}, ("cache",))[
+                "cache"
+            ]
+        return state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """Paths that neither the outer nor the adversarial optimizer moves."""
+        return self.optimizer.frozen_paths(params) & self.adv_optimizer.frozen_paths(params)
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The outer optimizer's steps, after a `sam` entry with the cycle length."""
+        entry = {
+            path: [(self.name, {"sync_period": self.sync_period})] for path in present_paths(params)
+        }
+        return merge_descriptions(entry, self.optimizer.describe(params, step))
+
+    def _check(self, state: Any) -> None:
+        missing = [k for k in self.state_keys() if not isinstance(state, dict) or k not in state]
+        if missing:
+            found = list(state) if isinstance(state, dict) else type(state).__name__
+            raise KeyError(
+                f"sam: expected the state made by its init, with keys {list(self.state_keys())}, "
+                f"got {found}; was it made by another transformation's init?"
+            )
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """An adversarial (ascent) step, or, at the end of each cycle, the outer step."""
+        self._check(state)
+        if params is None:
+            raise ValueError(
+                f"{self.name} needs the params: call `tx.update(updates, state, params)`."
+            )
+        if self.opaque_mode:
+            return self._opaque(updates, state, params, extra.get("grad_fn"))
+        steps = state["steps_since_sync"]
+        first, last = steps == 0, steps == self.sync_period - 1
+
+        adv_updates, adv_state = self.adv_optimizer.update(updates, state["adv_optimizer"], params)
+        adv_updates = _negate(adv_updates)
+
+        paths, leaves, treedef = flatten(params)
+        cache = state["cache"]
+        outer = treedef.unflatten([None if x is None else cache[p] for p, x in zip(paths, leaves)])
+        opt_updates, opt_state = self.optimizer.update(updates, state["optimizer"], outer)
+
+        def back_to_outer(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+            # From the adversarial point back to the outer params, then the outer step; at the
+            # first step of a cycle the outer params are the current ones.
+            dtype = compute_dtype(u, param, slots["cache"])
+            c, p = slots["cache"].astype(dtype), param.astype(dtype)
+            new_cache = jnp.where(first, param, slots["cache"])
+            return ((c - p) + u.astype(dtype)).astype(u.dtype), {"cache": new_cache}
+
+        opt_updates, new_cache = update_slots(
+            back_to_outer, opt_updates, {"cache": cache}, params, owner=self.name, needs_params=True
+        )
+        new_updates = _select(last, opt_updates, adv_updates)
+        if self.reset_state:
+            adv_state = _select(last, self.adv_optimizer.init(params), adv_state)
+        else:
+            adv_state = _select(last, state["adv_optimizer"], adv_state)
+        return new_updates, {
+            "steps_since_sync": (steps + 1) % self.sync_period,
+            "optimizer": _select(last, opt_state, state["optimizer"]),
+            "adv_optimizer": adv_state,
+            "cache": new_cache["cache"],
+        }
+
+    def _opaque(self, updates: Any, state: dict, params: Any, grad_fn: Any) -> tuple:
+        if grad_fn is None:
+            raise ValueError(
+                "sam(opaque_mode=True) needs the gradient function: call "
+                "`tx.update(grads, state, params, grad_fn=grad_fn)` with "
+                "`grad_fn(params, i) -> grads` (i: the adversarial step, 0 to sync_period - 2)."
+            )
+        adv_params, adv_updates, adv_state = params, updates, state["adv_optimizer"]
+        for i in range(self.sync_period - 1):
+            step, adv_state = self.adv_optimizer.update(adv_updates, adv_state, adv_params)
+            adv_params = apply_updates(adv_params, _negate(step))
+            adv_updates = grad_fn(adv_params, i)
+            if self.batch_axis_name is not None:
+                adv_updates = jax.lax.pmean(adv_updates, axis_name=self.batch_axis_name)
+        if self.reset_state:
+            adv_state = self.adv_optimizer.init(params)
+        new_updates, opt_state = self.optimizer.update(adv_updates, state["optimizer"], params)
+        return new_updates, {
+            "steps_since_sync": jnp.zeros((), jnp.int32),
+            "optimizer": opt_state,
+            "adv_optimizer": adv_state,
+        }
+
+
+def sam(
+    optimizer: Any,
+    adv_optimizer: Any,
+    sync_period: int = 2,
+    reset_state: bool = True,
+    opaque_mode: bool = False,
+    batch_axis_name: str | None = None,
+) -> Sam:
+    r"""Sharpness-aware minimisation (SAM) around an outer and an adversarial optimizer.
+
+    Each cycle of `sync_period` calls makes `sync_period - 1` adversarial *ascent* steps from
+    the outer params $\theta$, then one outer step taken with the gradient at the
+    adversarial point but applied to $\theta$. With `adv_optimizer = chain(
+    normalize_by_update_norm(), sgd(rho))` and `sync_period=2` this is SAM as published:
+
+    $$\tilde\theta_t = \theta_t + \rho\,\frac{\nabla f(\theta_t)}{\lVert\nabla f(\theta_t)
+      \rVert},\qquad \theta_{t+1} = \theta_t + \mathrm{opt}\big(\nabla f(\tilde\theta_t)\big)$$
+
+    In the default *transparent* mode each `update` call is one of these steps and its
+    update is applied as usual: an adversarial call returns the negated `adv_optimizer`
+    update (ascent); the last call of a cycle returns $\theta - \tilde\theta +
+    \mathrm{opt}(g)$, which lands on the outer params plus the outer step. The outer params
+    are kept in the state (`cache`), and the outer optimizer sees them as its params. Both
+    inner optimizers run at every call and the results are selected, so the step compiles
+    once. With `reset_state`, the adversarial state is re-initialised after each cycle.
+
+    With `opaque_mode=True`, one call runs the whole cycle: call it as
+    `tx.update(grads, state, params, grad_fn=grad_fn)` with `grad_fn(params, i) -> grads`
+    (called `sync_period - 1` times, `i` the adversarial step); the returned update is the
+    outer step, so side effects such as batch-norm statistics only see the outer params.
+    `batch_axis_name` averages the adversarial gradients over that axis (`jax.lax.pmean`).
+
+    Args:
+        optimizer: the outer optimizer (descent).
+        adv_optimizer: the adversarial optimizer; its update is negated (ascent).
+        sync_period: the cycle length: `sync_period - 1` adversarial steps, then one outer.
+        reset_state: re-initialise the adversarial state after each cycle.
+        opaque_mode: run the whole cycle inside one `update` (needs `grad_fn`).
+        batch_axis_name: the axis to average adversarial gradients over (opaque mode).
+
+    State:
+        `steps_since_sync` (int32), `optimizer/...` and `adv_optimizer/...` (the inner
+        states), and in transparent mode `cache/<path>`, the outer params.
+
+    Examples:
+        >>> opt = gradtx.sgd(0.1)
+        >>> adv = gradtx.chain(gradtx.normalize_by_update_norm(eps=0.0), gradtx.sgd(0.05))
+        >>> tx = gradtx.contrib.sam(opt, adv)
+        >>> params = {"w": jnp.array([3.0, 4.0])}
+        >>> state = tx.init(params)
+        >>> u, state = tx.update({"w": jnp.array([3.0, 4.0])}, state, params)
+        >>> u["w"]  # ascent: rho * g / ||g||
+        Array([0.03, 0.04], dtype=float32)
+        >>> params = gradtx.apply_updates(params, u)
+        >>> u, state = tx.update({"w": jnp.array([1.0, 1.0])}, state, params)
+        >>> gradtx.apply_updates(params, u)["w"]  # the outer params minus 0.1 * g
+        Array([2.9, 3.9], dtype=float32)
+
+    References:
+        Foret et al., "Sharpness-Aware Minimization for Efficiently Improving
+        Generalization", ICLR 2021.
+    """
+    return Sam(
+        as_transformation(optimizer, "sam(optimizer=...)"),
+        as_transformation(adv_optimizer, "sam(adv_optimizer=...)"),
+        sync_period,
+        reset_state,
+        opaque_mode,
+        batch_axis_name,
+    )

@@ -1,0 +1,140 @@
+"""Registry entries of the wrapper combinators (see `registry.Entry`): accumulate,
+apply_if_finite, lookahead, conditionally_transform and conditionally_mask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+import references as ref
+import references_wrappers as rw
+from registry import Entry, _f
+
+import gradtx
+
+LR_SWEEP = (0.02, 0.05, 0.1)
+
+
+# Conditions are module-level functions: a plain function is static structure, so the same
+# object must be passed each time for an equal transformation to reuse its compiled step.
+def after_two_steps(step: Any) -> Any:
+    """True from the third call on (`step` counts the calls before this one)."""
+    return step >= 2
+
+
+def skip_every_fourth(step: Any) -> Any:
+    """False at calls 4, 8, 12, ... (steps 3, 7, 11, ...)."""
+    return step % 4 != 3
+
+
+def _optax_adam(lr: Any) -> Any:
+    return optax.adam(_f(lr), b1=_f(0.9), b2=_f(0.999), eps=_f(1e-8))
+
+
+WRAPPERS: tuple[Entry, ...] = (
+    Entry(
+        # every=3, so that the third step of the recompilation test is an optimizer step.
+        # "param": state in the params' dtype, as the contract's bf16 test expects by default.
+        id="accumulate-sgd",
+        name="accumulate",
+        make=lambda lr: gradtx.accumulate(gradtx.sgd(lr), every=3, accumulator_dtype="param"),
+        reference=lambda lr: rw.accumulate(ref.sgd(lr), 3),
+        oracle=lambda lr: optax.MultiSteps(optax.sgd(_f(lr)), 3).gradient_transformation(),
+        scalar=0.1,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.accumulate(
+            gradtx.sgd(lr), every=3, accumulator_dtype=dt
+        ),
+    ),
+    Entry(
+        id="multi_steps-sgd-momentum",
+        name="multi_steps",
+        make=lambda lr: gradtx.multi_steps(
+            gradtx.sgd(lr, momentum=0.9), every=3, accumulator_dtype="param"
+        ),
+        reference=lambda lr: rw.accumulate(ref.sgd(lr, momentum=0.9), 3),
+        oracle=lambda lr: optax.MultiSteps(
+            optax.sgd(_f(lr), momentum=_f(0.9)), 3
+        ).gradient_transformation(),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.multi_steps(
+            gradtx.sgd(lr, momentum=0.9, accumulator_dtype=dt), every=3, accumulator_dtype=dt
+        ),
+    ),
+    Entry(
+        id="apply_if_finite-adam",
+        name="apply_if_finite",
+        make=lambda lr: gradtx.apply_if_finite(gradtx.adam(lr), 3),
+        reference=lambda lr: rw.apply_if_finite(ref.adam(lr), 3),
+        oracle=lambda lr: optax.apply_if_finite(_optax_adam(lr), 3),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.apply_if_finite(
+            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3
+        ),
+    ),
+    # optax's lookahead, through `OptaxLookahead`, is the oracle in tests/test_lookahead.py,
+    # on the params: its synchronisation step, `u - (1 - alpha) (theta + u - phi)` in float32,
+    # carries the rounding error of the weights theta and phi (about 1e-7 for weights near 1)
+    # into the update, more than this suite's 1e-6 of the update's own size.
+    Entry(
+        id="lookahead-sgd",
+        name="lookahead",
+        make=lambda alpha: gradtx.lookahead(gradtx.sgd(0.1), 3, alpha),
+        reference=lambda alpha: rw.lookahead(ref.sgd(0.1), 3, alpha),
+        oracle=None,
+        scalar=0.5,
+        sweep=(0.3, 0.5, 0.8),
+        converges=True,
+        with_state_dtype=lambda alpha, dt: gradtx.lookahead(
+            gradtx.sgd(0.1), 3, alpha, accumulator_dtype=dt
+        ),
+    ),
+    Entry(
+        id="lookahead-sgd-momentum",
+        name="lookahead",
+        make=lambda lr: gradtx.lookahead(gradtx.sgd(lr, momentum=0.9), 2, 0.5),
+        reference=lambda lr: rw.lookahead(ref.sgd(lr, momentum=0.9), 2, 0.5),
+        oracle=None,
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.lookahead(
+            gradtx.sgd(lr, momentum=0.9, accumulator_dtype=dt), 2, 0.5, accumulator_dtype=dt
+        ),
+    ),
+    Entry(
+        id="conditionally_transform-sgd-momentum",
+        name="conditionally_transform",
+        make=lambda lr: gradtx.conditionally_transform(
+            gradtx.sgd(lr, momentum=0.9), after_two_steps
+        ),
+        reference=lambda lr: rw.conditionally_transform(ref.sgd(lr, momentum=0.9), after_two_steps),
+        oracle=lambda lr: optax.conditionally_transform(
+            optax.sgd(_f(lr), momentum=_f(0.9)), after_two_steps
+        ),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.conditionally_transform(
+            gradtx.sgd(lr, momentum=0.9, accumulator_dtype=dt), after_two_steps
+        ),
+    ),
+    Entry(
+        id="conditionally_mask-adam",
+        name="conditionally_mask",
+        make=lambda lr: gradtx.conditionally_mask(gradtx.adam(lr), skip_every_fourth),
+        reference=lambda lr: rw.conditionally_mask(ref.adam(lr), skip_every_fourth),
+        oracle=lambda lr: optax.conditionally_mask(_optax_adam(lr), skip_every_fourth),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.conditionally_mask(
+            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), skip_every_fourth
+        ),
+    ),
+)

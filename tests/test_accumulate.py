@@ -1,0 +1,242 @@
+"""Gradient accumulation (`accumulate` / `multi_steps`); the rest is the contract suite."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradtx
+from gradtx import schedules
+
+# --- k micro-batches equal one step on the whole batch ------------------------------------------
+
+RNG = np.random.default_rng(0)
+X = jnp.asarray(RNG.normal(size=(6, 3)), jnp.float32)
+Y = jnp.asarray(RNG.normal(size=(6,)), jnp.float32)
+PARAMS = {"w": jnp.asarray(RNG.normal(size=(3,)), jnp.float32), "b": jnp.zeros(()), "n": None}
+
+
+def loss(params: dict, x: jax.Array, y: jax.Array) -> jax.Array:
+    """Mean squared error over the examples of the batch."""
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def grads(params: dict, x: jax.Array, y: jax.Array) -> dict:
+    g = jax.grad(lambda p: loss({**p, "n": None}, x, y))({"w": params["w"], "b": params["b"]})
+    return {**g, "n": None}
+
+
+@pytest.mark.parametrize(
+    "make, rtol",
+    [(lambda: gradtx.sgd(0.1, momentum=0.9), 1e-6), (lambda: gradtx.adam(0.1), 1e-5)],
+    ids=["sgd-momentum", "adam"],
+)
+def test_micro_batches_equal_one_step_on_the_whole_batch(make, rtol):
+    """Three micro-batches of 2 examples then one optimizer step == one step on all 6, for two
+    optimizer steps. The gradients differ only by float32 rounding of the mean (summed in
+    another order), so updates and state agree within `rtol` (1e-5 for adam, whose update
+    divides by sqrt(nu), 1e-6 for sgd)."""
+    inner = make()
+    tx = gradtx.accumulate(inner, every=3)
+
+    @jax.jit
+    def micro_step(params, state, x, y):
+        u, state = tx.update(grads(params, x, y), state, params)
+        return gradtx.apply_updates(params, u), state, u
+
+    @jax.jit
+    def full_step(params, state):
+        u, state = inner.update(grads(params, X, Y), state, params)
+        return gradtx.apply_updates(params, u), state, u
+
+    params, state = PARAMS, tx.init(PARAMS)
+    ref_params, ref_state = PARAMS, inner.init(PARAMS)
+    for _ in range(2):
+        for j in range(3):
+            params, state, u = micro_step(params, state, X[2 * j : 2 * j + 2], Y[2 * j : 2 * j + 2])
+            if j < 2:  # no optimizer step yet: zero updates, params unchanged
+                np.testing.assert_array_equal(u["w"], np.zeros(3, np.float32))
+                assert int(state["micro_step"]) == j + 1
+        ref_params, ref_state, ref_u = full_step(ref_params, ref_state)
+        for path in ("w", "b"):
+            np.testing.assert_allclose(u[path], ref_u[path], rtol=rtol, atol=1e-7)
+            np.testing.assert_allclose(params[path], ref_params[path], rtol=rtol, atol=1e-7)
+        flat, ref_flat = gradtx.state_dict(state["inner"]), gradtx.state_dict(ref_state)
+        assert sorted(flat) == sorted(ref_flat)
+        for key in flat:
+            np.testing.assert_allclose(flat[key], ref_flat[key], rtol=rtol, atol=1e-7, err_msg=key)
+        assert int(state["micro_step"]) == 0
+        assert all(not np.any(np.asarray(a)) for a in state["acc"].values())  # reset
+
+
+def test_inner_schedule_counts_optimizer_steps():
+    lr = schedules.linear(1.0, 0.0, 4)  # 1, 0.75, 0.5, ...
+    tx = gradtx.accumulate(gradtx.sgd(lr), every=2)
+    params = {"w": jnp.zeros(2)}
+    state = tx.init(params)
+    outs = []
+    for g in ([1.0, 2.0], [3.0, 4.0], [1.0, 1.0], [3.0, 3.0]):
+        u, state = tx.update({"w": jnp.asarray(g)}, state)
+        outs.append(np.asarray(u["w"]))
+    np.testing.assert_allclose(outs[1], [-2.0, -3.0])  # lr(0) * mean
+    np.testing.assert_allclose(outs[3], [-1.5, -1.5])  # lr(1) * mean
+    np.testing.assert_array_equal(outs[0], [0.0, 0.0])
+    assert int(state["inner"]["schedule_count"]["w"]) == 2  # optimizer steps, not 4 calls
+
+
+def test_low_precision_params_accumulate_in_float32():
+    """Four bf16 gradients 1, 2^-9, 2^-9, 2^-9: in bf16, 1 + 2^-9 rounds back to 1, so a bf16
+    accumulator loses the small ones; float32 keeps them and the mean rounds up."""
+    params = {"w": jnp.zeros(1, jnp.bfloat16)}
+    sequence = [1.0, 2.0**-9, 2.0**-9, 2.0**-9]
+
+    def run(tx):
+        state = tx.init(params)
+        for g in sequence:
+            u, state = tx.update({"w": jnp.full(1, g, jnp.bfloat16)}, state)
+        return u["w"], state
+
+    u, state = run(gradtx.accumulate(gradtx.sgd(1.0), every=4))
+    assert state["acc"]["w"].dtype == jnp.float32
+    assert u.dtype == jnp.bfloat16
+    # mean = 0.25 + 3 * 2^-11, which rounds to 0.25 + 2^-9 in bf16
+    np.testing.assert_array_equal(np.asarray(u, np.float32), [-(0.25 + 2.0**-9)])
+
+    u, state = run(gradtx.accumulate(gradtx.sgd(1.0), every=4, accumulator_dtype="param"))
+    assert state["acc"]["w"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(u, np.float32), [-0.25])
+
+    f16 = gradtx.accumulate(gradtx.sgd(1.0), 2).init({"w": jnp.zeros(1, jnp.float16)})
+    f32 = gradtx.accumulate(gradtx.sgd(1.0), 2).init({"w": jnp.zeros(1)})
+    asked = gradtx.accumulate(gradtx.sgd(1.0), 2, accumulator_dtype=jnp.bfloat16)
+    assert f16["acc"]["w"].dtype == jnp.float32 and f32["acc"]["w"].dtype == jnp.float32
+    assert asked.init({"w": jnp.zeros(1)})["acc"]["w"].dtype == jnp.bfloat16
+
+
+# --- frozen paths -------------------------------------------------------------------------------
+
+
+class ClaimsFrozen(gradtx.Transformation):
+    """A stand-in for a transformation that freezes `frozen`: it says so, and (unlike a real
+    one) returns its updates unchanged, so the test sees what it was given."""
+
+    name: ClassVar[str] = "claims_frozen"
+    inner: Any = None
+    frozen: tuple = ("b",)
+
+    def init(self, params: Any) -> Any:
+        return self.inner.init(params)
+
+    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+        return self.inner.update(updates, state, params, **extra)
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        return frozenset(self.frozen)
+
+    def describe(self, params: Any, step: Any = 0) -> dict:
+        return self.inner.describe(params, step)
+
+
+def test_accumulators_only_for_trainable_paths():
+    params = {"w": jnp.zeros(2), "b": jnp.zeros(()), "n": None}
+    tx = gradtx.accumulate(ClaimsFrozen(gradtx.identity()), every=2)
+    state = tx.init(params)
+    assert sorted(gradtx.state_dict(state)) == ["acc/w", "micro_step"]
+    assert tx.frozen_paths(params) == frozenset({"b"})
+
+    step = jax.jit(tx.update)
+    g1 = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(5.0), "n": None}
+    g2 = {"w": jnp.array([3.0, 6.0]), "b": jnp.array(7.0), "n": None}
+    u, state = step(g1, state, params)
+    assert u["n"] is None and float(u["b"]) == 0.0
+    u, state = step(g2, state, params)
+    np.testing.assert_array_equal(u["w"], [2.0, 4.0])  # the mean
+    assert float(u["b"]) == 7.0  # a frozen path passes its raw gradient to the inner
+
+    # A path that is neither trainable nor frozen has no accumulator: the params changed.
+    with pytest.raises(KeyError, match="no accumulator for path 'c'"):
+        tx.update({**g1, "c": jnp.ones(1)}, tx.init(params), {**params, "c": jnp.ones(1)})
+
+
+def test_describe_and_frozen_paths_delegate():
+    params = {"w": jnp.zeros(2), "b": jnp.zeros(())}
+    tx = gradtx.accumulate(ClaimsFrozen(gradtx.sgd(schedules.linear(1.0, 0.0, 4))), every=2)
+    described = tx.describe(params, step=4)  # four calls: the inner is at its step 2
+    assert described["w"][0] == ("accumulate", {"every": 2})
+    name, hyper = described["w"][-1]
+    assert name == "scale_by_learning_rate" and hyper["learning_rate"] == pytest.approx(0.5)
+    assert ("accumulate", {"every": 2}) not in described["b"]
+
+
+# --- composition, None leaves, partial trees ----------------------------------------------------
+
+
+def test_composes_with_chain():
+    tx = gradtx.chain(gradtx.clip(1.0), gradtx.accumulate(gradtx.adam(0.1), every=2))
+    params = {"w": jnp.zeros(2)}
+    state = tx.init(params)
+    assert sorted(gradtx.state_dict(state)) == [
+        "accumulate/acc/w",
+        "accumulate/inner/count/w",
+        "accumulate/inner/mu/w",
+        "accumulate/inner/nu/w",
+        "accumulate/micro_step",
+    ]
+    _, state = tx.update({"w": jnp.array([3.0, -0.5])}, state)
+    u, state = tx.update({"w": jnp.array([1.0, 0.5])}, state)
+    # clipped then averaged: [1, 0] -> adam's first step is -lr * sign
+    np.testing.assert_allclose(u["w"], [-0.1, 0.0], atol=1e-6)
+
+    inside = gradtx.accumulate(gradtx.chain(gradtx.clip(1.0), gradtx.sgd(1.0)), every=2)
+    state = inside.init(params)
+    _, state = inside.update({"w": jnp.array([3.0, -0.5])}, state)
+    u, _ = inside.update({"w": jnp.array([1.0, 0.5])}, state)
+    np.testing.assert_allclose(u["w"], [-1.0, 0.0])  # mean [2, 0], then clipped
+
+
+def test_none_and_partial_updates_leave_other_paths_alone():
+    params = {"w": jnp.zeros(2), "b": jnp.zeros(1)}
+    tx = gradtx.accumulate(gradtx.adam(0.1), every=2)
+    state = tx.init(params)
+    _, state = tx.update({"w": jnp.ones(2), "b": jnp.ones(1)}, state)
+    u, new = tx.update({"w": jnp.ones(2), "b": None}, state)  # fires for w only
+    assert u["b"] is None
+    np.testing.assert_array_equal(new["acc"]["b"], state["acc"]["b"])  # kept for b
+    assert int(new["inner"]["count"]["b"]) == 0 and int(new["inner"]["count"]["w"]) == 1
+    u, partial = tx.update({"w": jnp.full(2, 2.0)}, state)  # a tree with only some paths
+    assert set(u) == {"w"}
+    np.testing.assert_array_equal(partial["acc"]["b"], state["acc"]["b"])
+    np.testing.assert_array_equal(partial["acc"]["w"], [0.0, 0.0])
+
+
+def test_inner_runs_under_cond_and_state_matches_eagerly():
+    tx = gradtx.multi_steps(gradtx.sgd(0.1, momentum=0.9), every=2)
+    params = {"w": jnp.ones(3)}
+    jaxpr = jax.make_jaxpr(lambda g, s: tx.update(g, s))(params, tx.init(params))
+    assert "cond" in str(jaxpr)
+    # packed params: one accumulator buffer, same state_dict keys
+    packed = gradtx.pack({"w": jnp.ones(3), "v": jnp.ones(2)})
+    state = tx.init(packed)
+    assert sorted(gradtx.state_dict(state)) == [
+        "acc/v",
+        "acc/w",
+        "inner/trace/v",
+        "inner/trace/w",
+        "micro_step",
+    ]
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="every"):
+        gradtx.accumulate(gradtx.sgd(0.1), every=0)
+    with pytest.raises(ValueError, match="every"):
+        gradtx.accumulate(gradtx.sgd(0.1), every=2.0)
+    with pytest.raises(TypeError, match="accumulator_dtype"):
+        gradtx.accumulate(gradtx.sgd(0.1), every=2, accumulator_dtype="floaty")
+    tx = gradtx.accumulate(gradtx.sgd(0.1), every=2)
+    with pytest.raises(KeyError, match="micro_step"):
+        tx.update({"w": jnp.ones(1)}, {"acc": {}})

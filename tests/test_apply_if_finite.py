@@ -1,0 +1,157 @@
+"""`apply_if_finite`: skipped steps leave no trace; the rest is the contract suite."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradtx
+from gradtx import schedules
+
+PARAMS = {"w": jnp.array([1.0, -2.0, 0.5]), "b": jnp.array(0.3), "n": None}
+RNG = np.random.default_rng(0)
+GRADS = [
+    {"w": jnp.asarray(RNG.normal(size=3), jnp.float32), "b": jnp.float32(RNG.normal()), "n": None}
+    for _ in range(5)
+]
+NAN_GRAD = {"w": jnp.array([1.0, jnp.nan, 0.0]), "b": jnp.float32(0.5), "n": None}
+
+
+def make() -> gradtx.Transformation:
+    return gradtx.apply_if_finite(gradtx.adam(schedules.linear(0.1, 0.01, 10)), 3)
+
+
+@jax.jit
+def step(tx, params, state, grads):
+    u, state = tx.update(grads, state, params)
+    return gradtx.apply_updates(params, u), state, u
+
+
+def run(tx, grads_seq):
+    params, state = PARAMS, tx.init(PARAMS)
+    history = []
+    for g in grads_seq:
+        params, state, u = step(tx, params, state, g)
+        history.append(u)
+    return params, state, history
+
+
+def assert_bitwise_equal(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_nan_step_is_as_if_the_batch_was_never_seen():
+    tx = make()
+    skipped_at_2 = GRADS[:2] + [NAN_GRAD] + GRADS[2:4]
+    params, state, history = run(tx, skipped_at_2)
+    ref_params, ref_state, _ = run(tx, GRADS[:4])
+
+    assert_bitwise_equal(params, ref_params)
+    assert_bitwise_equal(state["inner"], ref_state["inner"])  # moments, counts, schedule counts
+    flat = gradtx.state_dict(state)
+    assert int(flat["inner/count/w"]) == 4 and int(flat["inner/schedule_count/b"]) == 4
+    assert int(flat["total_notfinite"]) == 1 and int(flat["notfinite_count"]) == 0
+    assert bool(flat["last_finite"])
+    # the skipped step's updates are zeros, None leaves stay None
+    np.testing.assert_array_equal(history[2]["w"], np.zeros(3, np.float32))
+    assert history[2]["n"] is None and float(history[2]["b"]) == 0.0
+
+
+def test_counts_after_a_nan_step_are_readable():
+    tx = make()
+    _, state, _ = run(tx, GRADS[:1] + [NAN_GRAD])
+    flat = gradtx.state_dict(state)
+    assert int(flat["notfinite_count"]) == 1 and int(flat["total_notfinite"]) == 1
+    assert not bool(flat["last_finite"])
+    assert int(flat["inner/count/w"]) == 1
+
+
+def test_a_non_finite_update_from_a_finite_gradient_is_skipped():
+    tx = gradtx.apply_if_finite(gradtx.chain(gradtx.trace(0.5), gradtx.scale(1e30)), 1)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    u, new = tx.update({"w": jnp.array([1e10, 1.0])}, state)  # 1e40 overflows to inf
+    np.testing.assert_array_equal(u["w"], [0.0, 0.0])
+    assert_bitwise_equal(new["inner"], state["inner"])
+    assert int(new["notfinite_count"]) == 1
+
+
+@pytest.mark.parametrize("max_errors", [0, 2])
+def test_max_consecutive_errors_then_the_step_is_applied(max_errors):
+    """Up to `max_errors` non-finite steps in a row are skipped, the next one is applied as it
+    is (NaN included); a finite step resets the run. Same as optax, step by step, for an
+    inner transformation whose state a NaN cannot poison (a schedule's step count)."""
+    decay = schedules.exponential_decay(1.0, 1, 0.5)
+    tx = gradtx.apply_if_finite(gradtx.scale_by_schedule(decay), max_errors)
+    oracle = optax.apply_if_finite(
+        optax.scale_by_schedule(optax.exponential_decay(1.0, 1, np.float32(0.5))), max_errors
+    )
+    nan = {"w": jnp.array([jnp.nan, 1.0])}
+    ok = {"w": jnp.array([1.0, 2.0])}
+    params = {"w": jnp.zeros(2)}
+    state, o_state = tx.init(params), oracle.init(params)
+    applied = []
+    for g in [ok, nan, nan, nan, ok, nan]:
+        u, state = jax.jit(tx.update)(g, state)
+        with jax.numpy_dtype_promotion("standard"):
+            o_u, o_state = oracle.update(g, o_state)
+        np.testing.assert_array_equal(u["w"], o_u["w"])
+        assert int(state["inner"]["schedule_count"]["w"]) == int(o_state.inner_state.count)
+        assert int(state["notfinite_count"]) == int(o_state.notfinite_count)
+        assert int(state["total_notfinite"]) == int(o_state.total_notfinite)
+        assert bool(state["last_finite"]) == bool(o_state.last_finite)
+        applied.append(bool(np.any(u["w"] != 0)))
+    # with max_errors=2, the third NaN step in a row goes through, a lone one does not
+    expected = {0: [True] * 6, 2: [True, False, False, True, True, False]}
+    assert applied == expected[max_errors]
+    assert int(state["total_notfinite"]) == 4
+
+
+def test_a_state_poisoned_by_an_applied_nan_keeps_counting():
+    """Unlike optax, the output updates are checked too: once a NaN went into a momentum
+    buffer (max_consecutive_errors=0), the later steps' updates are NaN and are counted."""
+    tx = gradtx.apply_if_finite(gradtx.sgd(0.1, momentum=0.9), 0)
+    state = tx.init({"w": jnp.zeros(2)})
+    _, state = tx.update({"w": jnp.array([jnp.nan, 1.0])}, state)
+    u, state = tx.update({"w": jnp.array([1.0, 1.0])}, state)  # applied: count 2 > 0
+    assert bool(jnp.isnan(u["w"][0])) and not bool(state["last_finite"])
+    assert int(state["notfinite_count"]) == 2 and int(state["total_notfinite"]) == 2
+
+
+def test_inside_scan_equals_the_eager_run():
+    tx = make()
+    seq = GRADS[:2] + [NAN_GRAD] + GRADS[2:4]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *seq)
+
+    @jax.jit
+    def scanned(params, state, stack):
+        def body(carry, g):
+            params, state = carry
+            u, state = tx.update(g, state, params)
+            return (gradtx.apply_updates(params, u), state), None
+
+        return jax.lax.scan(body, (params, state), stack)[0]
+
+    params, state = scanned(PARAMS, tx.init(PARAMS), stacked)
+    e_params, e_state, _ = run(tx, seq)
+    assert_bitwise_equal(state, e_state)
+    for path in ("w", "b"):
+        np.testing.assert_allclose(params[path], e_params[path], rtol=1e-6)
+
+
+def test_describe_frozen_paths_and_errors():
+    tx = make()
+    described = tx.describe({"w": jnp.zeros(2)})
+    assert described["w"][0] == ("apply_if_finite", {"max_consecutive_errors": 3})
+    assert [name for name, _ in described["w"][1:]] == ["scale_by_adam", "scale_by_learning_rate"]
+    assert tx.frozen_paths({"w": jnp.zeros(2)}) == frozenset()
+    with pytest.raises(ValueError, match="max_consecutive_errors"):
+        gradtx.apply_if_finite(gradtx.sgd(0.1), -1)
+    with pytest.raises(KeyError, match="notfinite_count"):
+        tx.update({"w": jnp.ones(2)}, {"inner": {}})
