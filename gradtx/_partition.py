@@ -96,7 +96,9 @@ class Partition(Transformation):
         return out
 
 
-def partition(transforms: Mapping[Hashable, Any], labels: Any, *, name: str = "partition"):
+def partition(
+    transforms: Mapping[Hashable, Any], labels: Any, *, name: str = "partition"
+) -> Partition:
     """Give each parameter group its own transformation and its own state.
 
     Every leaf gets exactly one label; the transformation of that label updates it, with a
