@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._base import Transformation, as_transformation
+from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._describe import present_paths
 from gradtx._lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._module import field, static
@@ -19,11 +18,6 @@ __all__ = ["Accumulate", "accumulate", "multi_steps"]
 
 # `accumulator_dtype="param"`: keep each accumulator in its parameter's own dtype.
 PARAM_DTYPE = "param"
-
-
-def as_inner(value: Any, name: str) -> Transformation:
-    """Field converter: a transformation, or an optax-style pair wrapped as one."""
-    return as_transformation(value, name)
 
 
 def _accumulator_dtype(value: Any, name: str) -> Any:
@@ -45,17 +39,6 @@ def check_count(value: Any, name: str, minimum: int) -> None:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
 
 
-def check_wrapper_state(owner: str, state: Any, keys: tuple[str, ...]) -> None:
-    """Raise a clear error if `state` was not made by the wrapper's `init`."""
-    missing = [k for k in keys if not isinstance(state, Mapping) or k not in state]
-    if missing:
-        found = list(state) if isinstance(state, Mapping) else type(state).__name__
-        raise KeyError(
-            f"{owner}: expected the state made by its init, with keys {list(keys)}, got "
-            f"{found}; was it made by another transformation's init?"
-        )
-
-
 def _slot_paths(slots: dict[str, Any]) -> set[str]:
     """The parameter paths that hold a slot (the paths inside packed units included)."""
     out: set[str] = set()
@@ -71,7 +54,7 @@ class Accumulate(Transformation):
     """Gradient accumulation over `every` calls (see `accumulate`)."""
 
     name: ClassVar[str] = "accumulate"
-    inner: Any = field(converter=as_inner)
+    inner: Any = field(converter=as_transformation)
     every: int = static()
     accumulator_dtype: Any = static(None, converter=_accumulator_dtype)
 
@@ -125,7 +108,7 @@ class Accumulate(Transformation):
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Add the gradient; on every `every`-th call run the inner step on the mean."""
-        check_wrapper_state(self.name, state, self.state_keys())
+        check_state_keys(self.name, state, self.state_keys())
         acc_paths = _slot_paths(state["acc"])
         if params is not None:
             self._check_paths(updates, acc_paths, params)

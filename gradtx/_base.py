@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from gradtx._dispatch import eager_dispatch
 from gradtx._module import Module, static
 
-__all__ = ["ForeignTransform", "Transformation", "as_transformation"]
+__all__ = ["ForeignTransform", "Transformation", "as_transformation", "check_state_keys"]
 
 State = Any
 Updates = Any
@@ -113,6 +114,17 @@ def _foreign_name(tx: Any) -> str:
         if head and not qualname.endswith("<lambda>"):
             return head
     return "transform"
+
+
+def check_state_keys(owner: str, state: Any, keys: tuple[str, ...]) -> None:
+    """Raise a clear error if `state` lacks the keys its transformation's `init` gives it."""
+    missing = [k for k in keys if not isinstance(state, Mapping) or k not in state]
+    if missing:
+        found = list(state) if isinstance(state, Mapping) else type(state).__name__
+        raise KeyError(
+            f"{owner}: expected the state made by its init, with keys {list(keys)}, got "
+            f"{found}; was it made by another transformation's init?"
+        )
 
 
 def as_transformation(tx: Any, argument: str = "transform") -> Transformation:

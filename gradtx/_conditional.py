@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._accumulate import as_inner, check_wrapper_state
-from gradtx._base import Transformation
+from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._describe import present_paths
 from gradtx._module import field, static
 
@@ -44,7 +43,7 @@ class ConditionallyTransform(Transformation):
     name: ClassVar[str] = "conditionally_transform"
     # What the updates become at a skipped step: unchanged here, zeros in ConditionallyMask.
     zero_skipped: ClassVar[bool] = False
-    inner: Any = field(converter=as_inner)
+    inner: Any = field(converter=as_transformation)
     should_transform_fn: Any = field(converter=_check_condition)
     forward_extra_args: bool = static(False)
 
@@ -88,7 +87,7 @@ class ConditionallyTransform(Transformation):
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The inner update if `should_transform_fn(step)`, else the skipped-step updates."""
-        check_wrapper_state(self.name, state, self.state_keys())
+        check_state_keys(self.name, state, self.state_keys())
         active = self._condition(state["step"], extra)
 
         def run(inner_state: Any) -> tuple[Any, Any]:

@@ -9,15 +9,9 @@ import jax
 import numpy as np
 
 from gradtx._module import Module
-from gradtx._paths import flatten, virtual
+from gradtx._subset import present_paths
 
 __all__ = ["merge_descriptions", "own_hyperparams", "present_paths"]
-
-
-def present_paths(params: Any) -> list[str]:
-    """The non-`None` paths of `params` (packed params by the paths they hold), in tree order."""
-    paths, leaves, _ = flatten(virtual(params))
-    return [p for p, x in zip(paths, leaves) if x is not None]
 
 
 def _value(value: Any, step: Any) -> Any:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._base import Transformation
+from gradtx._base import Transformation, check_state_keys
 from gradtx._lift import init_slots, update_slots
 from gradtx._module import Module
 
@@ -64,14 +63,7 @@ class ElementwiseTransform(Transformation):
 
     def check_state(self, state: Any) -> None:
         """Raise a clear error if `state` was not made by this transformation's `init`."""
-        missing = [k for k in self.state_keys() if not isinstance(state, Mapping) or k not in state]
-        if missing:
-            found = list(state) if isinstance(state, Mapping) else type(state).__name__
-            raise KeyError(
-                f"{self.name}: expected the state made by its init, with keys "
-                f"{list(self.state_keys())}, got {found}; was it made by another "
-                "transformation's init?"
-            )
+        check_state_keys(self.name, state, self.state_keys())
 
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._accumulate import as_inner, check_count, check_wrapper_state
-from gradtx._base import Transformation
+from gradtx._accumulate import check_count
+from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._conditional import safe_increment
 from gradtx._describe import present_paths
 from gradtx._module import field, static
@@ -29,7 +29,7 @@ class ApplyIfFinite(Transformation):
     """Skip a step whose gradient or update is not finite (see `apply_if_finite`)."""
 
     name: ClassVar[str] = "apply_if_finite"
-    inner: Any = field(converter=as_inner)
+    inner: Any = field(converter=as_transformation)
     max_consecutive_errors: int = static()
 
     def __check__(self) -> None:
@@ -60,7 +60,7 @@ class ApplyIfFinite(Transformation):
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
-        check_wrapper_state(self.name, state, self.state_keys())
+        check_state_keys(self.name, state, self.state_keys())
         new_updates, new_inner = self.inner.update(updates, state["inner"], params, **extra)
         finite = all_finite(updates) & all_finite(new_updates)
         count = jnp.where(finite, jnp.int32(0), safe_increment(state["notfinite_count"]))

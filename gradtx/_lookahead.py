@@ -6,9 +6,9 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._accumulate import as_inner, check_count, check_wrapper_state
+from gradtx._accumulate import check_count
 from gradtx._adam import _dtype_or_none
-from gradtx._base import Transformation
+from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._describe import own_hyperparams, present_paths
 from gradtx._lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._module import field, hyperparam, static
@@ -20,7 +20,7 @@ class Lookahead(Transformation):
     """Fast steps by an inner transformation, pulled back to slow weights (see `lookahead`)."""
 
     name: ClassVar[str] = "lookahead"
-    fast: Any = field(converter=as_inner)
+    fast: Any = field(converter=as_transformation)
     sync_period: int = static()
     alpha: Any = hyperparam()
     accumulator_dtype: Any = static(None, converter=_dtype_or_none)
@@ -54,7 +54,7 @@ class Lookahead(Transformation):
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """A fast step; every `sync_period`-th step of a path, move it to the new slow weight."""
-        check_wrapper_state(self.name, state, self.state_keys())
+        check_state_keys(self.name, state, self.state_keys())
         fast_updates, fast_state = self.fast.update(updates, state["fast"], params, **extra)
         keep = 1 - self.alpha
 
@@ -89,7 +89,7 @@ class Lookahead(Transformation):
             >>> params["w"], tx.slow_params(params, state)["w"]
             (Array([1.], dtype=float32), Array([0.], dtype=float32))
         """
-        check_wrapper_state(self.name, state, self.state_keys())
+        check_state_keys(self.name, state, self.state_keys())
 
         def slow(param: Any, slots: dict, _: Any) -> tuple[Any, dict]:
             gap = slots["fast_minus_slow"]
