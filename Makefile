@@ -58,11 +58,16 @@ endef
 
 # pytest is run through its entry point from the repository root (not `python -m pytest`),
 # so the root is not put on sys.path and the installed package is the one under test.
-# Two processes: the contract suite compiles thousands of small programs, and one process
-# holding all of them with the rest of the suite's has crashed XLA's CPU compiler.
+# Two processes side by side (compiling is mostly single-threaded, and there are 2 cores): the
+# contract suite, which compiles thousands of small programs, and the rest; the contract
+# suite's log follows the rest's.
 define unit_cmds
-	$(BIN)/pytest -p no:cacheprovider tests/test_contract.py
-	$(BIN)/pytest -p no:cacheprovider --ignore=tests/test_contract.py
+	log=$$(mktemp); \
+	$(BIN)/pytest -p no:cacheprovider tests/test_contract.py > $$log 2>&1 & contract=$$!; \
+	rest=0; $(BIN)/pytest -p no:cacheprovider --ignore=tests/test_contract.py || rest=$$?; \
+	status=0; wait $$contract || status=$$?; \
+	echo "--- tests/test_contract.py ---"; cat $$log; rm -f $$log; \
+	test $$rest -eq 0 && test $$status -eq 0
 endef
 
 ifeq ($(strip $(NOTEBOOKS)),)

@@ -15,6 +15,8 @@ class Config:
     gradtx: Callable[[Any], Any]  # workload -> gradtx transformation
     optax: Callable[[Any], Any]  # workload -> optax transformation
     bytes_per_param: Callable[[int, int], int]  # (param bytes, state bytes) -> bytes moved
+    # False where the config needs the paths inside packed buffers (optax cannot see them)
+    packed_ok: bool = True
 
 
 def _adam_bytes(p: int, s: int) -> int:
@@ -32,7 +34,14 @@ def _decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(lambda kp, _: "bias" not in str(kp[-1]), params)
 
 
+def _is_bias(params: Any) -> Any:
+    import jax
+
+    return jax.tree_util.tree_map_with_path(lambda kp, _: "bias" in str(kp[-1]), params)
+
+
 def configs() -> list[Config]:
+    import jax
     import optax
 
     import gradtx
@@ -71,8 +80,31 @@ def configs() -> list[Config]:
     def o_lion(w):
         return optax.lion(1e-4, b1=f32(0.9), b2=f32(0.99), mu_dtype=w.state_dtype)
 
+    # Two parameter groups, each Adam with its own injected learning rate (biases 3x faster).
+    def g_groups(w):
+        adam = gradtx.inject_hyperparams(gradtx.adam)
+        kw = {"mu_dtype": w.state_dtype, "nu_dtype": w.state_dtype}
+        return gradtx.partition(
+            {"weights": adam(1e-3, **kw), "biases": adam(3e-3, **kw)},
+            {"biases": "**/bias", "weights": "!**/bias"},
+        )
+
+    def o_groups(w):
+        adam = optax.inject_hyperparams(optax.adam)
+        kw = {"b1": f32(0.9), "b2": f32(0.999), "mu_dtype": w.state_dtype}
+        labels = lambda p: jax.tree.map(lambda b: "biases" if b else "weights", _is_bias(p))  # noqa: E731
+        return optax.multi_transform(
+            {"weights": adam(1e-3, **kw), "biases": adam(3e-3, **kw)}, labels
+        )
+
+    def g_bucketed(w):
+        return gradtx.bucketed(g_adam(w))
+
     return [
         Config("adam", g_adam, o_adam, _adam_bytes),
+        # The same Adam with its state in flat buffers (the params stay a tree), against optax's.
+        Config("adam, bucketed state", g_bucketed, o_adam, _adam_bytes, packed_ok=False),
+        Config("per-group lr (partition)", g_groups, o_groups, _adam_bytes, packed_ok=False),
         Config("clip+adamw(cosine, mask)", g_clipped, o_clipped, _adam_bytes),
         Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
         Config("lion", g_lion, o_lion, _sgd_bytes),  # read g, p, mu; write p, mu

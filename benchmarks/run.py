@@ -107,7 +107,9 @@ def run(workloads: list[W.Workload], reps: int, eager_reps: int, rounds: int) ->
         p_bytes = np.dtype(jnp.dtype(workload.dtype)).itemsize
         s_bytes = np.dtype(jnp.dtype(workload.state_dtype or workload.dtype)).itemsize
         for config in configs():
-            if workload.only_config not in (None, config.name):
+            if workload.only_configs is not None and config.name not in workload.only_configs:
+                continue
+            if workload.packed and not config.packed_ok:
                 continue
             runs: dict[str, list[dict]] = {"gradtx": [], "optax": []}
             for _ in range(rounds):  # alternate, so drift hits both libraries alike
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
         workloads = [
             W.many_leaves(8),
             W.many_leaves_packed(8),
-            W.Workload("bf16 params, f32 state", {"w": (64,)}, "bfloat16", "float32"),
+            W.Workload("bf16 params, f32 state", {"w": (64,), "bias": (8,)}, "bfloat16", "float32"),
         ]
         reps, eager_reps, rounds = 2, 1, 1
     else:

@@ -14,7 +14,7 @@ class Workload:
     shapes: dict[str, tuple[int, ...]]
     dtype: str = "float32"
     state_dtype: str | None = None  # mu/nu dtype when it differs from the params'
-    only_config: str | None = None  # run just this configuration (the leaf-count sweep)
+    only_configs: tuple[str, ...] | None = None  # run just these configurations (the sweep)
     packed: bool = False  # params (and gradients) as `gradtx.pack` buffers, for both libraries
 
     @property
@@ -96,7 +96,9 @@ def bf16_f32_state(layers: int = 12) -> Workload:
 def leaf_sweep(total: int = 4 * 1024 * 1024, counts=(100, 500, 2000, 8000)) -> list[Workload]:
     return [
         Workload(
-            f"sweep {n} leaves", {f"l/{i}": (total // n,) for i in range(n)}, only_config="adam"
+            f"sweep {n} leaves",
+            {f"l/{i}": (total // n,) for i in range(n)},
+            only_configs=("adam", "adam, bucketed state"),
         )
         for n in counts
     ]

@@ -29,6 +29,7 @@ from gradtx._adaptive_optimizers import (
 from gradtx._apply import apply_updates
 from gradtx._base import Transformation
 from gradtx._block_rms import clip_by_block_rms, scale_by_param_block_rms
+from gradtx._bucketed import bucketed
 from gradtx._chain import chain, named_chain
 from gradtx._clipping import clip, clip_by_global_norm, global_norm
 from gradtx._conditional import conditionally_mask, conditionally_transform
@@ -106,6 +107,7 @@ __all__ = [
     "amsgrad",
     "apply_if_finite",
     "apply_updates",
+    "bucketed",
     "centralize",
     "chain",
     "contrib",

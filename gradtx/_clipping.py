@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from gradtx._complex import is_complex, to_real
 from gradtx._elementwise import ElementwiseTransform
 from gradtx._lift import compute_dtype, map_updates
 from gradtx._module import hyperparam
@@ -25,7 +26,10 @@ def global_norm(updates: Any) -> jnp.ndarray:
 
 
 def global_sum_of_squares(updates: Any) -> jnp.ndarray:
-    """The sum of squares of all leaves (packed buffers included), in float32."""
+    """The sum of squares of all leaves (packed buffers included), in float32.
+
+    A complex leaf counts as its pair of reals: `|z|^2 = re^2 + im^2`.
+    """
     total = jnp.zeros((), jnp.float32)
     for leaf in flatten(updates)[1]:
         for array in leaf.buffers if is_unit(leaf) else (leaf,):
@@ -35,6 +39,8 @@ def global_sum_of_squares(updates: Any) -> jnp.ndarray:
 
 
 def _sum_of_squares(x: Any) -> jnp.ndarray:
+    if is_complex(x):  # |z|^2 = re^2 + im^2: complex as pairs of reals
+        x = to_real(x)
     dtype = compute_dtype(x)
     if x.dtype != dtype and jnp.issubdtype(x.dtype, jnp.floating) and x.size:
         # Low-precision floats: a dot with float32 accumulation squares exactly and reads the

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._base import Transformation
+from gradtx._complex import reject_complex
 from gradtx._lift import compute_dtype
 from gradtx._misc_transforms import reject_packed
 from gradtx._module import hyperparam, static
@@ -139,6 +140,7 @@ class PerExampleGlobalNormClip(Transformation):
                 f"{self.name}: expected the state made by its init, with key 'num_clipped'."
             )
         reject_packed(updates, self.name, "takes per-example gradients with a leading batch axis")
+        reject_complex(updates, self.name, "needs a leading batch axis on every leaf")
         paths, leaves, treedef = flatten(updates)
         present = [(p, g) for p, g in zip(paths, leaves) if g is not None]
         batch = _batch_size(present, self.name)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._complex import check_same_kind, from_real, is_complex, reject_complex_packed, to_real
 from gradtx._packed import Packed, check_same_layout, slice_leaf
 from gradtx._paths import flatten, is_unit
 
@@ -101,12 +102,15 @@ def init_slots(
     paths, leaves, _ = flatten(params)
     for path, param in zip(paths, leaves):
         if is_unit(param):
+            reject_complex_packed(param.buffers, "init", path)
             if _unit_selected(param, path, where, "init"):
                 for name, value in _init_unit(param, leaf_init).items():
                     slots[name][path] = value
             continue
         if param is None or (where is not None and path not in where):
             continue
+        if is_complex(param):  # complex as pairs of reals: state in the real layout
+            param = to_real(param)
         for name, value in leaf_init(param).items():
             slots[name][path] = value
     return slots
@@ -211,7 +215,13 @@ def update_slots(
                     f"{owner}: at path {path!r} the update has shape {tuple(np.shape(g))} but "
                     f"the parameter has shape {tuple(np.shape(param))}."
                 )
-        u, changed = leaf_update(g, leaf_slots, param)
+        check_same_kind(g, param, owner, path)
+        if is_complex(g):  # complex as pairs of reals (see gradtx/_complex.py)
+            real = None if param is None else to_real(param)
+            u, changed = leaf_update(to_real(g), leaf_slots, real)
+            u = from_real(u, g.dtype)
+        else:
+            u, changed = leaf_update(g, leaf_slots, param)
         out.append(u)
         for name, value in changed.items():
             old = leaf_slots[name]
@@ -251,6 +261,7 @@ def _update_unit(
     per_leaf: bool,
 ) -> tuple[Packed, dict[str, Packed]]:
     """`update_slots` for packed params: the math per buffer (or per leaf if `per_leaf`)."""
+    reject_complex_packed(g.buffers, owner, path)
     for name, value in leaf_slots.items():
         check_same_layout(g, value, f"{owner} (state {name!r})", path)
     if param is None and needs_params:

@@ -6,7 +6,6 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._clipping import _sum_of_squares
 from gradtx._elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._lift import compute_dtype
 from gradtx._lion import scale_by_lion
@@ -18,6 +17,7 @@ from gradtx._polyak import scale_by_polyak
 from gradtx._scale import ScalarOrSchedule, _is_schedule, scale, scale_by_learning_rate
 from gradtx._sign import scale_by_rprop, scale_by_sign
 from gradtx._trace import trace
+from gradtx._trust_ratio import scale_by_trust_ratio
 from gradtx._weight_decay import add_decayed_weights
 
 __all__ = [
@@ -335,25 +335,6 @@ def novograd(
     )
 
 
-class _TrustRatio(ElementwiseTransform):
-    """`u = g * max(||param||, min_norm) / max(||g||, min_norm)`, per array."""
-
-    name: ClassVar[str] = "scale_by_trust_ratio"
-    needs_params: ClassVar[bool] = True
-    per_leaf_structure: ClassVar[bool] = True
-    min_norm: Any = hyperparam(0.0)
-
-    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        """Scale the array to the parameter's norm (1 where either norm is zero)."""
-        dtype = compute_dtype(g, param)
-        lo = self.min_norm.astype(dtype)
-        p_norm = jnp.maximum(jnp.sqrt(_sum_of_squares(param).astype(dtype)), lo)
-        g_norm = jnp.maximum(jnp.sqrt(_sum_of_squares(g).astype(dtype)), lo)
-        zero = (p_norm == 0) | (g_norm == 0)
-        ratio = jnp.where(zero, jnp.ones_like(p_norm), p_norm / jnp.where(zero, 1, g_norm))
-        return (g.astype(dtype) * ratio).astype(g.dtype), {}
-
-
 class _FromageStep(ElementwiseTransform):
     """`u = -(lr g + (1 - sqrt(1 + lr^2)) param) / sqrt(1 + lr^2)`, lr a number or schedule."""
 
@@ -395,7 +376,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
     $$\theta_t = \frac{1}{\sqrt{1+\eta^2}}\left(\theta_{t-1} - \eta\,
       \frac{\max(\lVert\theta_{t-1}\rVert, n)}{\max(\lVert g_t\rVert, n)}\, g_t\right)$$
 
-    with $n$ = `min_norm`. Built as a chain of a per-array trust ratio and the Fromage step
+    with $n$ = `min_norm`. Built as a chain of `scale_by_trust_ratio(min_norm)` and the Fromage step
     (which needs the params); optax's chain of `scale_by_trust_ratio`,
     `scale_by_learning_rate` and `add_decayed_weights` gives the same updates.
 
@@ -417,7 +398,10 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
         Bernstein et al., "On the distance between two neural networks and the stability of
         learning", 2020.
     """
-    return optimizer("fromage", _TrustRatio(min_norm), _FromageStep(learning_rate))
+    # The trust ratio with coefficient 1 and eps 0: max(||param||, n) / max(||g||, n).
+    return optimizer(
+        "fromage", scale_by_trust_ratio(min_norm=min_norm), _FromageStep(learning_rate)
+    )
 
 
 def nesterov(

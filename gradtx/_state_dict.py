@@ -123,9 +123,11 @@ def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
 
 
 def _merge_unit(
-    path: str, template: Packed, flat: dict[str, Any], missing: list, mismatched: dict
-) -> Packed:
+    path: str, template: Any, flat: dict[str, Any], missing: list, mismatched: dict
+) -> Any:
     """Assemble a packed state's buffers from per-path entries (template where absent)."""
+    if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
+        return template
     by_group: list[list] = [[] for _ in template.buffers]
     for spec, (key, default) in zip(template.layout.specs, template.items(path)):
         if key not in flat:
@@ -143,10 +145,12 @@ def _merge_unit(
         if np.ndim(old) == 0:  # one value shared by the buffer's paths: they must agree
             values = {key: np.asarray(v).item() for key, v in entries}
             if len(set(values.values())) > 1:
+                example = {v: k for k, v in values.items()}  # one key per distinct value
                 raise ValueError(
                     f"load_state_dict: the packed state at {path!r} keeps one value for all "
-                    f"of {list(values)[:4]}..., but the loaded values differ: "
-                    f"{dict(list(values.items())[:4])}."
+                    f"of its {len(values)} paths, but the loaded values differ, for example "
+                    f"{ {k: v for v, k in list(example.items())[:4]} } (a step count cannot "
+                    "differ between the leaves of one buffer)."
                 )
             buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
         else:

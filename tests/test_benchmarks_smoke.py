@@ -25,7 +25,7 @@ def test_benchmark_smoke_run(tmp_path):
     report = json.loads(out.read_text())
     assert report["bandwidth_gb_s"] > 0
     configs = {r["config"] for r in report["results"]}
-    assert {"adam", "sgd momentum"} <= configs
+    assert {"adam", "sgd momentum", "per-group lr (partition)"} <= configs
     for row in report["results"]:
         for lib in ("gradtx", "optax"):
             assert row[f"{lib}_donated_ms"] > 0
@@ -35,3 +35,31 @@ def test_benchmark_smoke_run(tmp_path):
     # The three variants train the same model from the same params: the same loss.
     losses = [r["loss"] for r in report["training"]]
     assert max(losses) - min(losses) <= 1e-5 * max(abs(x) for x in losses)
+
+
+def test_layout_experiment_runs_and_layouts_agree(tmp_path):
+    """The layout experiment quoted on the performance page keeps running, and its layouts
+    compute the same Adam step (the bucketed one from a flat buffer and runtime offsets)."""
+    out = tmp_path / "layouts.json"
+    args = ["--leaves", "8", "--reps", "2", "--static", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.layouts", *args],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["layout"] for r in rows] == [
+        "per-leaf, shared count",
+        "per-leaf, count per path",
+        "bucketed",
+        "bucketed, static offsets",
+    ]
+    for row in rows:
+        assert row["max_abs_diff"] <= 1e-7, row["layout"]
+        assert row["compile_s"] > 0 and row["step_ms"] > 0
+    # Bucketed state: a flat buffer per moment, so far fewer outputs than leaves x 3.
+    assert rows[2]["outputs"] < rows[0]["outputs"]

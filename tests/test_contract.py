@@ -558,3 +558,23 @@ def test_packed_params_match_the_tree(entry):
     repacked, report = gradtx.load_state_dict(tx, packed, flat_state)
     assert report.clean
     assert_trees_equal(gradtx.state_dict(repacked), flat_state)
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.values[0].packed])
+def test_bucketed_state_matches_the_tree(entry):
+    """`gradtx.bucketed(tx)` (state in flat buffers, params a tree) gives the per-leaf
+    layout's params, updates and `state_dict` within PACKED_RTOL, and its checkpoints load
+    into the per-leaf layout."""
+    tx = entry.make(entry.scalar)
+    params, state, history = run_eager(tx, PARAMS, GRADS[:3])
+    b_params, b_state, b_history = run_eager(gradtx.bucketed(tx), PARAMS, GRADS[:3])
+    assert_trees_close(b_params, params, rtol=PACKED_RTOL)
+    for b_updates, updates in zip(b_history, history):
+        assert_trees_close(b_updates, updates, rtol=PACKED_RTOL)
+    flat_state, b_flat_state = gradtx.state_dict(state), gradtx.state_dict(b_state)
+    if "inner" in b_state:  # a state that is not a dict is kept under `inner`
+        b_flat_state = {k.removeprefix("inner/"): v for k, v in b_flat_state.items()}
+    assert sorted(b_flat_state) == sorted(flat_state)
+    assert_trees_close(b_flat_state, flat_state, rtol=PACKED_RTOL)
+    restored, report = gradtx.load_state_dict(tx, PARAMS, b_flat_state)
+    assert report.clean

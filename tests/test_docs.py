@@ -25,6 +25,7 @@ PAGES = [
     "docs/paths-and-selectors.md",
     "docs/parameter-groups.md",
     "docs/packed-params.md",
+    "docs/numerics.md",
     "docs/contrib.md",
 ]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

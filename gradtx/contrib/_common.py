@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gradtx._complex import is_complex, to_real
 from gradtx._lift import compute_dtype, zeros_for
 from gradtx._paths import flatten, is_unit
 
@@ -36,10 +37,16 @@ def copy_of(param: Any) -> jax.Array:
 
 
 def arrays_of(value: Any) -> tuple:
-    """The arrays behind one state or tree entry: a packed unit's buffers, else the array."""
+    """The arrays behind one state or tree entry: a packed unit's buffers, else the array.
+
+    A complex array gives its real view (complex parameters are pairs of reals), so global
+    sums see `re^2 + im^2` and line up with state kept in the real layout.
+    """
     if value is None:
         return ()
-    return tuple(value.buffers) if is_unit(value) else (value,)
+    if is_unit(value):
+        return tuple(value.buffers)
+    return (to_real(value),) if is_complex(value) else (value,)
 
 
 def global_sum(values: Iterable[Any], fn: Callable[[jax.Array], jax.Array]) -> jax.Array:

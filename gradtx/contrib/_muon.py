@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._adam import ScaleByAdam, _dtype_or_none
+from gradtx._complex import is_complex
 from gradtx._elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._misc_transforms import reject_packed
@@ -122,9 +123,14 @@ class _MuonMath:
 
 
 def _matrix_paths(tree: Any, mask: Any, argument: str, strict: bool) -> set[str]:
-    """The 2-D leaves among the paths `mask` selects (default: every 2-D leaf)."""
+    """The 2-D leaves among the paths `mask` selects (default: every 2-D leaf).
+
+    A complex leaf is its real view, of one more dimension (pairs of reals), so never a matrix.
+    """
     paths, leaves, _ = flatten(tree)
-    matrices = {p for p, x in zip(paths, leaves) if x is not None and np.ndim(x) == 2}
+    matrices = {
+        p for p, x in zip(paths, leaves) if x is not None and np.ndim(x) == 2 and not is_complex(x)
+    }
     if mask is None:
         return matrices
     return matrices & set(select(tree, mask, strict=strict, argument=argument))

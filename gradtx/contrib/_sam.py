@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from gradtx._apply import apply_updates
 from gradtx._base import Transformation, as_transformation
+from gradtx._complex import from_real, is_complex
 from gradtx._describe import merge_descriptions, present_paths
 from gradtx._lift import compute_dtype, init_slots, update_slots
 from gradtx._module import static
@@ -25,6 +26,14 @@ def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
         return None if a is None else jnp.where(cond, a, b)
 
     return jax.tree.map(pick, if_true, if_false, is_leaf=lambda x: x is None)
+
+
+def _outer(cached: Any, param: Any) -> Any:
+    """The cached outer parameter, in the parameter's own form.
+
+    A complex parameter is cached as its real view, like all per-path state.
+    """
+    return from_real(cached, param.dtype) if is_complex(param) else cached
 
 
 def _negate(updates: Any) -> Any:
@@ -103,7 +112,9 @@ class Sam(Transformation):
 
         paths, leaves, treedef = flatten(params)
         cache = state["cache"]
-        outer = treedef.unflatten([None if x is None else cache[p] for p, x in zip(paths, leaves)])
+        outer = treedef.unflatten(
+            [None if x is None else _outer(cache[p], x) for p, x in zip(paths, leaves)]
+        )
         opt_updates, opt_state = self.optimizer.update(updates, state["optimizer"], outer)
 
         def back_to_outer(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
