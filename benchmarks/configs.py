@@ -15,8 +15,9 @@ class Config:
     gradtx: Callable[[Any], Any]  # workload -> gradtx transformation
     optax: Callable[[Any], Any]  # workload -> optax transformation
     bytes_per_param: Callable[[int, int], int]  # (param bytes, state bytes) -> bytes moved
-    # False where the config needs the paths inside packed buffers (optax cannot see them)
-    packed_ok: bool = True
+    # workload -> whether this config runs on it (e.g. it needs paths optax cannot see inside
+    # packed buffers, or parameters named `bias`)
+    applies: Callable[[Any], bool] = lambda w: True
 
 
 def _adam_bytes(p: int, s: int) -> int:
@@ -38,6 +39,14 @@ def _is_bias(params: Any) -> Any:
     import jax
 
     return jax.tree_util.tree_map_with_path(lambda kp, _: "bias" in str(kp[-1]), params)
+
+
+def _tree_params(w: Any) -> bool:
+    return not w.packed
+
+
+def _has_biases(w: Any) -> bool:
+    return not w.packed and any(path.endswith("bias") for path in w.shapes)
 
 
 def configs() -> list[Config]:
@@ -103,8 +112,8 @@ def configs() -> list[Config]:
     return [
         Config("adam", g_adam, o_adam, _adam_bytes),
         # The same Adam with its state in flat buffers (the params stay a tree), against optax's.
-        Config("adam, bucketed state", g_bucketed, o_adam, _adam_bytes, packed_ok=False),
-        Config("per-group lr (partition)", g_groups, o_groups, _adam_bytes, packed_ok=False),
+        Config("adam, bucketed state", g_bucketed, o_adam, _adam_bytes, applies=_tree_params),
+        Config("per-group lr (partition)", g_groups, o_groups, _adam_bytes, applies=_has_biases),
         Config("clip+adamw(cosine, mask)", g_clipped, o_clipped, _adam_bytes),
         Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
         Config("lion", g_lion, o_lion, _sgd_bytes),  # read g, p, mu; write p, mu

@@ -100,7 +100,13 @@ def bench_one(lib: str, tx: Any, workload: W.Workload, reps: int, eager_reps: in
     }
 
 
-def run(workloads: list[W.Workload], reps: int, eager_reps: int, rounds: int) -> dict:
+def run(
+    workloads: list[W.Workload],
+    reps: int,
+    eager_reps: int,
+    rounds: int,
+    only: list[str] | None = None,
+) -> dict:
     bandwidth = measure_bandwidth(64 if reps < 5 else 256)
     results = []
     for workload in workloads:
@@ -109,7 +115,9 @@ def run(workloads: list[W.Workload], reps: int, eager_reps: int, rounds: int) ->
         for config in configs():
             if workload.only_configs is not None and config.name not in workload.only_configs:
                 continue
-            if workload.packed and not config.packed_ok:
+            if not config.applies(workload):
+                continue
+            if only and config.name not in only:
                 continue
             runs: dict[str, list[dict]] = {"gradtx": [], "optax": []}
             for _ in range(rounds):  # alternate, so drift hits both libraries alike
@@ -172,6 +180,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--only", default="", help="run workloads whose name contains this")
     parser.add_argument("--skip", default=None, help="skip workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/latest.json")
+    parser.add_argument(
+        "--config", action="append", default=None, help="run only this configuration (repeatable)"
+    )
     parser.add_argument("--no-training", action="store_true", help="skip the training steps")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -200,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
         "'eag' = un-jitted step ms"
     )
     print(HEADER)
-    report = run(workloads, reps, eager_reps, rounds)
+    report = run(workloads, reps, eager_reps, rounds, args.config)
     print(f"streaming bandwidth: {report['bandwidth_gb_s']:.1f} GB/s")
     if not args.no_training:
         blocks = 4 if args.smoke else 1000

@@ -18,17 +18,12 @@ import pytest
 from registry import REGISTRY
 from registry_misc import WithLoss, contract_loss
 from registry_per_leaf import FromOneGradient
+from test_contract import PARAM_SHAPES as SHAPES
+from test_contract import make_tree as _tree
 
 import gradtx
 
 N_STEPS = 3
-SHAPES = {
-    "enc/w": (3, 4),
-    "enc/b": (4,),
-    "layers/0/w": (2, 3),
-    "layers/1/w": (2,),
-    "layers/1/s": (),
-}
 COMPLEX = "enc/w"  # the complex leaf; the others stay float32
 RTOL = 0.0  # bit-for-bit: op by op, both runs do the same float32 arithmetic
 
@@ -38,18 +33,6 @@ REFUSES_COMPLEX: dict[str, str] = {
     # A complex per-example gradient's real view would put the batch axis second.
     "per_example_global_norm_clip": "needs a leading batch axis",
 }
-
-
-def _tree(values: dict[str, Any]) -> dict:
-    """The contract suite's params layout (nested dicts, a list, a scalar, a `None` leaf)."""
-    return {
-        "enc": {"w": values["enc/w"], "b": values["enc/b"]},
-        "layers": [
-            {"w": values["layers/0/w"]},
-            {"w": values["layers/1/w"], "s": values["layers/1/s"]},
-        ],
-        "frozen": None,
-    }
 
 
 def _values(seed: int) -> dict[str, np.ndarray]:
