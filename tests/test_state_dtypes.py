@@ -1,7 +1,11 @@
-"""Updates are computed from the state exactly as it is stored (low-precision slots too)."""
+"""Updates are computed from the state exactly as it is stored (low-precision slots too), and
+their dtype does not depend on how the learning rate was given."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from test_convergence import TABLE
 
 import gradtx
 
@@ -45,3 +49,37 @@ def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
     norm = gradtx.global_norm(tree)
     assert norm.dtype == jnp.float32
     np.testing.assert_allclose(float(norm), expected, rtol=1e-6)
+
+
+# Every core optimizer, built with its learning rate as a Python float, a NumPy float32 or
+# float64 scalar, or a JAX array: one step on float32 and bfloat16 params.
+CORE_OPTIMIZERS = sorted({row.optimizer for row in TABLE})
+LR_KINDS = {
+    "python float": 0.01,
+    "numpy float32": np.float32(0.01),
+    "numpy float64": np.float64(0.01),
+    "jax array": jnp.asarray(0.01),
+}
+
+
+@pytest.mark.parametrize("name", CORE_OPTIMIZERS)
+def test_update_dtype_does_not_depend_on_the_learning_rate_type(name):
+    make = getattr(gradtx, name)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        params = {
+            "w": jnp.linspace(-1.0, 1.0, 6, dtype=dtype).reshape(2, 3),
+            "b": jnp.ones(3, dtype),
+        }
+        grads = jax.tree.map(lambda p: (p * 0.5 + 0.25).astype(p.dtype), params)
+        results = {}
+        for kind, lr in LR_KINDS.items():
+            tx = make(lr)
+            updates, _ = tx.update(grads, tx.init(params), params, value=jnp.float32(1.0))
+            assert all(u.dtype == dtype for u in jax.tree.leaves(updates)), (kind, dtype)
+            results[kind] = updates
+        first = results["python float"]
+        for kind, updates in results.items():
+            for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(updates)):
+                np.testing.assert_array_equal(
+                    np.asarray(a, np.float32), np.asarray(b, np.float32), err_msg=kind
+                )
