@@ -125,7 +125,8 @@ _SHARED: dict[str, tuple[Any, list]] = {}
 
 def shared_step(entry: Any) -> tuple[Any, list]:
     """One jitted `step(tx, params, state, grads)` per entry, the transformation passed as an
-    argument (built once, reused by several tests), and the log of its traces."""
+    argument (built once, reused by several tests), and the log of its traces. The conftest
+    may clear JAX's caches between tests, so a test counts only the traces it causes."""
     if entry.id not in _SHARED:
         traces: list = []
 
@@ -349,10 +350,11 @@ def test_no_recompilation_on_second_step(entry):
     """Later steps, each with an equal but freshly built transformation, reuse the first
     compilation."""
     step, traces = shared_step(entry)
+    before = len(traces)  # 0 or 1: another test may have compiled it (unless caches were cleared)
     params, state = PARAMS, entry.make(entry.scalar).init(PARAMS)
     for grads in GRADS[:3]:
         params, state, _ = step(entry.make(entry.scalar), params, state, grads)
-    assert len(traces) == 1
+    assert len(traces) - before <= 1
     assert step._cache_size() == 1
 
 
@@ -376,9 +378,10 @@ def test_new_scalar_does_not_recompile(entry):
 
     # the transformation itself as the argument of a jitted step
     passed, passed_traces = shared_step(entry)
+    before = len(passed_traces)
     out_a2 = passed(entry.make(a), PARAMS, state, GRADS[2])
     out_b2 = passed(entry.make(b), PARAMS, state, GRADS[2])
-    assert len(passed_traces) == 1
+    assert len(passed_traces) - before <= 1
     assert passed._cache_size() == 1
     assert_trees_close(out_a, out_a2, 1e-6)
     assert_trees_close(out_b, out_b2, 1e-6)
