@@ -58,16 +58,10 @@ endef
 
 # pytest is run through its entry point from the repository root (not `python -m pytest`),
 # so the root is not put on sys.path and the installed package is the one under test.
-# Two processes side by side (compiling is mostly single-threaded, and there are 2 cores): the
-# contract suite, which compiles thousands of small programs, and the rest; the contract
-# suite's log follows the rest's.
+# Two worker processes (pytest-xdist; compiling is mostly single-threaded, and there are 2
+# cores), each taking the next test as it finishes one, so neither core idles at the end.
 define unit_cmds
-	log=$$(mktemp); \
-	$(BIN)/pytest -p no:cacheprovider tests/test_contract.py > $$log 2>&1 & contract=$$!; \
-	rest=0; $(BIN)/pytest -p no:cacheprovider --ignore=tests/test_contract.py || rest=$$?; \
-	status=0; wait $$contract || status=$$?; \
-	echo "--- tests/test_contract.py ---"; cat $$log; rm -f $$log; \
-	test $$rest -eq 0 && test $$status -eq 0
+	$(BIN)/pytest -p no:cacheprovider -n 2 --dist worksteal
 endef
 
 ifeq ($(strip $(NOTEBOOKS)),)
