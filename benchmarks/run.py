@@ -52,52 +52,67 @@ def _step_fn(tx: Any, apply: Any) -> Any:
     return step
 
 
-def _median_time(fn: Any, params: Any, state: Any, grads: Any, reps: int) -> float:
-    params, state = _ready(fn(params, state, grads))
+def _time_block(fn: Any, carry: tuple, grads: Any, reps: int) -> tuple[list[float], tuple]:
+    """`reps` timed calls of `fn(params, state, grads)`, each feeding the next."""
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        params, state = _ready(fn(params, state, grads))
+        carry = _ready(fn(*carry, grads))
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times, carry
 
 
 def _copy(tree: Any) -> Any:
     return jax.tree.map(lambda x: x.copy(), tree)
 
 
-def bench_one(lib: str, tx: Any, workload: W.Workload, reps: int, eager_reps: int) -> dict:
-    import optax
+class Contender:
+    """One library's step on one workload: compiled once, then timed in blocks.
 
-    import gradtx
+    The blocks of the two libraries alternate (and which goes first alternates by round), so
+    that drift of the machine (other load, memory state) hits both alike.
+    """
 
-    apply = gradtx.apply_updates if lib == "gradtx" else optax.apply_updates
-    params = workload.params(0)
-    grads = workload.params(1)
-    state = tx.init(params)
-    step = _step_fn(tx, apply)
-    jitted = jax.jit(step)
-    t0 = time.perf_counter()
-    compiled = jitted.lower(params, state, grads).compile()
-    compile_s = time.perf_counter() - t0
-    memory = compiled.memory_analysis()
-    peak = None
-    if memory is not None:
-        peak = memory.temp_size_in_bytes + memory.output_size_in_bytes
-    undonated = _median_time(compiled, params, state, grads, reps)
-    donated_fn = jax.jit(step, donate_argnums=(0, 1))
-    p2, s2 = _copy(params), _copy(state)
-    donated = _median_time(donated_fn, p2, s2, grads, reps)
-    eager = None
-    if eager_reps:
-        eager = _median_time(step, params, state, grads, eager_reps)
-    return {
-        "compile_s": compile_s,
-        "step_ms": undonated * 1e3,
-        "donated_ms": donated * 1e3,
-        "eager_ms": None if eager is None else eager * 1e3,
-        "peak_bytes": peak,
-    }
+    def __init__(self, lib: str, tx: Any, workload: W.Workload, eager: bool) -> None:
+        import optax
+
+        import gradtx
+
+        apply = gradtx.apply_updates if lib == "gradtx" else optax.apply_updates
+        params, self.grads = workload.params(0), workload.params(1)
+        state = tx.init(params)
+        step = _step_fn(tx, apply)
+        t0 = time.perf_counter()
+        compiled = jax.jit(step).lower(params, state, self.grads).compile()
+        self.compile_s = time.perf_counter() - t0
+        memory = compiled.memory_analysis()
+        self.peak = None
+        if memory is not None:
+            self.peak = memory.temp_size_in_bytes + memory.output_size_in_bytes
+        donated = jax.jit(step, donate_argnums=(0, 1))
+        self.kinds: dict[str, tuple[Any, tuple]] = {
+            "step_ms": (compiled, (params, state)),
+            "donated_ms": (donated, (_copy(params), _copy(state))),
+        }
+        if eager:
+            self.kinds["eager_ms"] = (step, (params, state))
+        for kind, (fn, carry) in self.kinds.items():  # first calls: compile, warm caches
+            self.kinds[kind] = (fn, _ready(fn(*carry, self.grads)))
+        self.times: dict[str, list[float]] = {kind: [] for kind in self.kinds}
+
+    def time(self, reps: int, eager_reps: int) -> None:
+        for kind, (fn, carry) in self.kinds.items():
+            times, carry = _time_block(
+                fn, carry, self.grads, eager_reps if kind == "eager_ms" else reps
+            )
+            self.kinds[kind] = (fn, carry)
+            self.times[kind].extend(times)
+
+    def results(self) -> dict:
+        out = {"compile_s": self.compile_s, "peak_bytes": self.peak, "eager_ms": None}
+        for kind, times in self.times.items():
+            out[kind] = statistics.median(times) * 1e3
+        return out
 
 
 def run(
@@ -119,11 +134,14 @@ def run(
                 continue
             if only and config.name not in only:
                 continue
-            runs: dict[str, list[dict]] = {"gradtx": [], "optax": []}
-            for _ in range(rounds):  # alternate, so drift hits both libraries alike
-                for lib in ("gradtx", "optax"):
-                    tx = getattr(config, lib)(workload)
-                    runs[lib].append(bench_one(lib, tx, workload, reps, eager_reps))
+            contenders = {
+                lib: Contender(lib, getattr(config, lib)(workload), workload, eager_reps > 0)
+                for lib in ("gradtx", "optax")
+            }
+            order = list(contenders.values())
+            for r in range(rounds):
+                for contender in order if r % 2 == 0 else order[::-1]:
+                    contender.time(reps, eager_reps)
             row = {
                 "workload": workload.name,
                 "leaves": workload.num_leaves,
@@ -134,10 +152,10 @@ def run(
                 / bandwidth
                 * 1e3,
             }
-            for lib, values in runs.items():
-                for key in values[0]:
-                    series = [v[key] for v in values if v[key] is not None]
-                    row[f"{lib}_{key}"] = statistics.median(series) if series else None
+            for lib, contender in contenders.items():
+                for key, value in contender.results().items():
+                    row[f"{lib}_{key}"] = value
+            del contenders
             results.append(row)
             print(format_row(row), flush=True)
     return {
@@ -146,6 +164,8 @@ def run(
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "backend": jax.default_backend(),
+        "rounds": rounds,
+        "reps_per_round": reps,
         "results": results,
     }
 
@@ -191,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
             W.many_leaves_packed(8),
             W.Workload("bf16 params, f32 state", {"w": (64,), "bias": (8,)}, "bfloat16", "float32"),
         ]
-        reps, eager_reps, rounds = 2, 1, 1
+        reps, eager_reps, rounds = 2, 1, 2
     else:
         workloads = [
             W.transformer_like(),
@@ -201,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
             W.bf16_f32_state(),
             *W.leaf_sweep(),
         ]
-        reps, eager_reps, rounds = 10, 2, 1
+        reps, eager_reps, rounds = 5, 1, 6
     workloads = [w for w in workloads if args.only in w.name]
     if args.skip:
         workloads = [w for w in workloads if args.skip not in w.name]
