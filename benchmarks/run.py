@@ -1,6 +1,6 @@
 """Run the benchmark suite: gradtx and optax side by side, alternating, in one process.
 
-    python -m benchmarks.run            # the full suite (minutes)
+    python -m benchmarks.run            # the full suite (about an hour on 2 cores)
     python -m benchmarks.run --smoke    # a tiny version, run by the tests so the suite cannot rot
 
 Prints a table (times in ms, ratios gradtx/optax and x the memory-bandwidth bound) and
@@ -10,6 +10,7 @@ writes JSON to benchmarks/results/.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -155,7 +156,11 @@ def run(
             for lib, contender in contenders.items():
                 for key, value in contender.results().items():
                     row[f"{lib}_{key}"] = value
+            # Free the finished row's compiled programs (eager ones included): they pile up
+            # over a long run, and the 8000-leaf rows need the memory.
             del contenders
+            jax.clear_caches()
+            gc.collect()
             results.append(row)
             print(format_row(row), flush=True)
     return {

@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._complex import is_complex, to_real
-from gradtx._lift import compute_dtype, zeros_for
+from gradtx._lift import compute_dtype, update_slots, zeros_for
 from gradtx._paths import flatten, is_unit
 
 __all__ = [
+    "adam_direction_updates",
     "arrays_of",
     "bias_correction",
     "copy_of",
@@ -132,3 +133,32 @@ def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
         dtype = compute_dtype(a, b)
         total = total + pairwise_sum(a.astype(dtype) * b.astype(dtype)).astype(jnp.float32)
     return total
+
+
+def adam_direction_updates(
+    updates: Any,
+    slots: dict,
+    params: Any,
+    *,
+    owner: str,
+    step_size: Any,
+    eps: Any,
+    decay: Any,
+) -> Any:
+    """`-decay * p - step_size * m / (sqrt(v) + eps)` per path, from the moments as stored.
+
+    The D-Adaptation and Prodigy AdamW steps both end this way, from the slots `exp_avg` (m)
+    and `exp_avg_sq` (v); `step_size`, `eps` and `decay` are float32 scalars.
+    """
+
+    def step(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
+        dtype = compute_dtype(g, param, *leaf.values())
+        m, v = leaf["exp_avg"].astype(dtype), leaf["exp_avg_sq"].astype(dtype)
+        u = -decay.astype(dtype) * param.astype(dtype) - step_size.astype(dtype) * m / (
+            jnp.sqrt(v) + eps.astype(dtype)
+        )
+        return u.astype(g.dtype), {}
+
+    moments = {"exp_avg": slots["exp_avg"], "exp_avg_sq": slots["exp_avg_sq"]}
+    new_updates, _ = update_slots(step, updates, moments, params, owner=owner, needs_params=True)
+    return new_updates

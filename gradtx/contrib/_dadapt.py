@@ -11,6 +11,7 @@ from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zer
 from gradtx._module import hyperparam
 from gradtx._scale import ScalarOrSchedule
 from gradtx.contrib._common import (
+    adam_direction_updates,
     bias_correction,
     flat_dot,
     global_sum,
@@ -97,16 +98,14 @@ class DAdaptAdamW(ElementwiseTransform):
         # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
         estim_lr = jnp.where(l1 > 0, jnp.maximum(state["estim_lr"], estimate), state["estim_lr"])
 
-        def step(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, *slots.values())
-            m, v = slots["exp_avg"].astype(dtype), slots["exp_avg_sq"].astype(dtype)
-            decay = (self.weight_decay * dlr).astype(dtype) * param.astype(dtype)
-            u = -decay - m / (jnp.sqrt(v) + self.eps.astype(dtype))
-            return u.astype(g.dtype), {}
-
-        moments_now = {"exp_avg": slots["exp_avg"], "exp_avg_sq": slots["exp_avg_sq"]}
-        new_updates, _ = update_slots(
-            step, updates, moments_now, params, owner=self.name, needs_params=True
+        new_updates = adam_direction_updates(
+            updates,
+            slots,
+            params,
+            owner=self.name,
+            step_size=jnp.ones((), jnp.float32),
+            eps=self.eps,
+            decay=self.weight_decay * dlr,
         )
         return new_updates, {
             **slots,

@@ -11,6 +11,7 @@ from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zer
 from gradtx._module import hyperparam, static
 from gradtx._scale import ScalarOrSchedule
 from gradtx.contrib._common import (
+    adam_direction_updates,
     bias_correction,
     copy_of,
     flat_dot,
@@ -101,17 +102,14 @@ class Prodigy(ElementwiseTransform):
         # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
         new_d = jnp.where(l1 > 0, jnp.maximum(d, estimate), d)
 
-        def step(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, *slots.values())
-            m, v = slots["exp_avg"].astype(dtype), slots["exp_avg_sq"].astype(dtype)
-            step_size, eps = dlr.astype(dtype), (new_d * self.eps).astype(dtype)
-            decay = (self.weight_decay.astype(dtype) * step_size) * param.astype(dtype)
-            u = -decay - step_size * m / (jnp.sqrt(v) + eps)
-            return u.astype(g.dtype), {}
-
-        moments_now = {"exp_avg": slots["exp_avg"], "exp_avg_sq": slots["exp_avg_sq"]}
-        new_updates, _ = update_slots(
-            step, updates, moments_now, params, owner=self.name, needs_params=True
+        new_updates = adam_direction_updates(
+            updates,
+            slots,
+            params,
+            owner=self.name,
+            step_size=dlr,
+            eps=new_d * self.eps,
+            decay=self.weight_decay * dlr,
         )
         return new_updates, {
             **slots,
