@@ -42,9 +42,10 @@ def test_benchmark_smoke_run(tmp_path):
     rows = [line for line in table.stdout.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + len(report["results"])
     variants = {r["variant"] for r in report["training"]}
-    assert variants == {"tree, optax", "tree, gradtx", "packed, gradtx"}
-    # The three variants train the same model from the same params: the same loss.
-    losses = [r["loss"] for r in report["training"]]
+    trained = {"tree, optax", "tree, gradtx", "packed, gradtx"}
+    assert variants == trained | {"model gradient only, tree", "model gradient only, packed"}
+    # The three optimizers train the same model from the same params: the same loss.
+    losses = [r["loss"] for r in report["training"] if r["variant"] in trained]
     assert max(losses) - min(losses) <= 1e-5 * max(abs(x) for x in losses)
 
 
