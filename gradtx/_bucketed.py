@@ -17,13 +17,18 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._base import Transformation, as_transformation, check_state_keys
-from gradtx._module import field
-from gradtx._packed import Packed, pack
+from gradtx._module import field, static
+from gradtx._packed import Packed, check_own_buffer_from, pack
 from gradtx._paths import flatten, is_unit
 
 __all__ = ["Bucketed", "bucketed"]
 
 OFFSETS = "bucket_offsets"
+# Leaves of at least this many elements keep a buffer of their own: at 64Ki float32 elements
+# Adam's step on a leaf moves about 1.8 MB, some 40 us at this machine's bandwidth, several
+# times a kernel launch, while copying such leaves into a shared buffer ran at about
+# 3 GB/s (XLA's CPU concatenation of large operands).
+LARGE_LEAF = 1 << 16
 
 
 class BucketOffsets:
@@ -59,14 +64,14 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _pack(tree: Any, owner: str, what: str) -> Packed:
+def _pack(tree: Any, owner: str, what: str, own_buffer_from: int | None) -> Packed:
     for path, leaf in zip(*flatten(tree)[:2]):
         if is_unit(leaf):
             raise TypeError(
                 f"{owner}: the {what} at path {path!r} are already packed (gradtx.pack); use "
                 "the transformation itself on packed params."
             )
-    return pack(tree)
+    return pack(tree, own_buffer_from=own_buffer_from)
 
 
 def _merges(state: Any) -> bool:
@@ -79,6 +84,7 @@ class Bucketed(Transformation):
 
     name: ClassVar[str] = "bucketed"
     inner: Any = field(converter=as_transformation)
+    own_buffer_from: int | None = static(default=LARGE_LEAF)
 
     def state_keys(self) -> tuple[str, ...]:
         """The inner state's entries (or `inner`), and the leaves' offsets `bucket_offsets`."""
@@ -94,7 +100,7 @@ class Bucketed(Transformation):
 
     def init(self, params: Any) -> dict:
         """The inner state for the packed params, and each leaf's offset."""
-        packed = _pack(params, self.name, "params")
+        packed = _pack(params, self.name, "params", self.own_buffer_from)
         state = self.inner.init(packed)
         offsets = BucketOffsets(
             tuple(s.path for s in packed.layout.specs),
@@ -116,7 +122,7 @@ class Bucketed(Transformation):
                 "state advances every leaf of a buffer together, so partial updates need the "
                 "per-leaf layout: use the transformation without `bucketed`."
             )
-        packed = _pack(updates, self.name, "updates")
+        packed = _pack(updates, self.name, "updates", self.own_buffer_from)
         if tuple(s.path for s in packed.layout.specs) != offsets.paths_:
             extra_paths = sorted(set(s.path for s in packed.layout.specs) - set(offsets.paths_))
             raise KeyError(
@@ -125,7 +131,9 @@ class Bucketed(Transformation):
                 "changing the params."
             )
         # Unused packed params are removed by XLA (everything here runs under jit).
-        packed_params = None if params is None else _pack(params, self.name, "params")
+        packed_params = (
+            None if params is None else _pack(params, self.name, "params", self.own_buffer_from)
+        )
         merged = set(state) != {"inner", OFFSETS}
         inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
         new_packed, new_inner = self.inner.update(packed, inner, packed_params, **extra)
@@ -133,17 +141,20 @@ class Bucketed(Transformation):
         return new_packed.unpack(offsets.values), {**new_state, OFFSETS: offsets}
 
 
-def bucketed(tx: Any) -> Bucketed:
+def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:
     """Keep `tx`'s state in one flat buffer per dtype: fast to compile on many small leaves.
 
-    The params stay a normal tree. Each step concatenates the gradients into the layout of
-    the state (`gradtx.pack`'s), runs `tx` once per buffer, and gives each leaf its slice of
-    the result, cut at an offset stored in the state as a runtime value so that XLA compiles
-    one kernel per leaf *shape*. On 2000 small leaves this compiles 2.6x faster than the
-    per-leaf layout, at about the same step time; on a model of large leaves it is slower
-    (3.4x on a 20M-parameter transformer-like tree, from the concatenation and the slicing),
-    so use it for many small leaves only (figures on the performance page). The results equal
-    `tx`'s on the same params, with these differences, which are those of packed params:
+    The params stay a normal tree. Each step concatenates the gradients of the small leaves
+    into the layout of the state (`gradtx.pack`'s), runs `tx` once per buffer, and gives
+    each leaf its slice of the result, cut at an offset stored in the state as a runtime
+    value so that XLA compiles one kernel per leaf *shape*. Leaves of at least
+    `own_buffer_from` elements (64Ki by default) keep a buffer of their own, which costs no
+    copy: bucketing a large leaf saves nothing, and XLA's CPU concatenation of large
+    operands is slow. On 2000 small leaves this compiles 2-3x faster than the per-leaf
+    layout; figures on the performance page. The results equal `tx`'s on the same params
+    (bit-for-bit, except that a multi-dimensional leaf with a buffer of its own runs as a
+    1-D array, which XLA may round differently by an ulp), with these differences, which
+    are those of packed params:
 
     - a step count is one value per buffer, not one per path;
     - every present leaf must have a gradient: a `None` gradient (a partial update) is an
@@ -158,6 +169,8 @@ def bucketed(tx: Any) -> Bucketed:
 
     Args:
         tx: the transformation whose state to bucket (optax ones are wrapped).
+        own_buffer_from: leaves with at least this many elements get a buffer (and, for
+            Adam, a step count) of their own; `None` buckets every leaf.
 
     Examples:
         >>> tx = gradtx.bucketed(gradtx.adam(0.1))
@@ -172,4 +185,5 @@ def bucketed(tx: Any) -> Bucketed:
         >>> sorted(gradtx.state_dict(state))[:3]
         ['count/a', 'count/b', 'mu/a']
     """
-    return Bucketed(tx)
+    check_own_buffer_from(own_buffer_from, "bucketed")
+    return Bucketed(tx, own_buffer_from)

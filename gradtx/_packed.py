@@ -49,7 +49,8 @@ class Layout:
     Attributes:
         treedef: the structure of the original tree (`None` leaves included).
         specs: one `LeafSpec` per non-`None` leaf, in tree order.
-        groups: the buffers' dtypes, by name (`"float32"`, `"bfloat16"`, ...).
+        groups: each buffer's dtype, by name (`"float32"`, `"bfloat16"`, ...); a dtype has
+            several buffers when large leaves have their own (see `pack`).
         sizes: the number of elements of each buffer.
     """
 
@@ -116,7 +117,8 @@ class Packed:
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{g}[{n}]" for g, n in zip(self.layout.groups, self.layout.sizes, strict=True)
+            f"{g}[{n}]"
+            for g, n in zip(buffer_names(self.layout.groups), self.layout.sizes, strict=True)
         )
         return f"Packed({len(self.layout.specs)} leaves in {parts})"
 
@@ -267,7 +269,7 @@ def _unpack_bwd(layout: Layout, offsets: tuple | None, cotangents: list) -> tupl
 _unpack.defvjp(_unpack_fwd, _unpack_bwd)
 
 
-def pack(params: Any) -> Packed:
+def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
     """Keep a params tree in one flat buffer per dtype.
 
     Use the result as the params everywhere: `tx.init(packed)`, `tx.update(grads, state,
@@ -278,9 +280,14 @@ def pack(params: Any) -> Packed:
 
     Args:
         params: a pytree of floating-point arrays (`None` leaves are kept as `None`).
+        own_buffer_from: leaves with at least this many elements get a buffer of their own
+            (a reshape of the leaf, no copy into a shared buffer); `None`: every leaf shares
+            its dtype's buffer. Packing pays off for small leaves, whose kernels cost more to
+            launch than to run; a large leaf gains nothing from sharing and costs a copy.
 
     Returns:
-        A `Packed` holding one buffer per dtype, leaves in tree order.
+        A `Packed` holding one buffer per dtype (plus one per large leaf), leaves in tree
+        order.
 
     Examples:
         >>> params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
@@ -292,10 +299,12 @@ def pack(params: Any) -> Packed:
         >>> step(packed, offsets).buffers[0]
         Array([0., 0., 0., 1., 1., 1., 1., 1., 1.], dtype=float32)
     """
+    check_own_buffer_from(own_buffer_from, "pack")
     paths, leaves, treedef = flatten(params)
     groups: list[str] = []
     pieces: list[list] = []
     sizes: list[int] = []
+    shared: dict[str, int] = {}  # dtype name -> index of its shared buffer
     specs = []
     for path, leaf in zip(paths, leaves):
         if leaf is None:
@@ -309,11 +318,14 @@ def pack(params: Any) -> Packed:
                 "only floating-point arrays can be packed (keep the others outside the Packed)."
             )
         name = jnp.dtype(dtype).name
-        if name not in groups:
+        alone = own_buffer_from is not None and int(np.size(leaf)) >= own_buffer_from
+        if alone or name not in shared:
+            if not alone:
+                shared[name] = len(groups)
             groups.append(name)
             pieces.append([])
             sizes.append(0)
-        group = groups.index(name)
+        group = len(groups) - 1 if alone else shared[name]
         spec = LeafSpec(path, group, sizes[group], tuple(np.shape(leaf)))
         specs.append(spec)
         sizes[group] += spec.size
@@ -321,6 +333,16 @@ def pack(params: Any) -> Packed:
     layout = Layout(treedef, tuple(specs), tuple(groups), tuple(sizes))
     buffers = tuple(_concat(parts) for parts in pieces)
     return Packed(layout, buffers)
+
+
+def check_own_buffer_from(value: Any, owner: str) -> None:
+    """`own_buffer_from` is a positive int or `None`."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(
+            f"{owner}: `own_buffer_from` must be a positive int or None, got {value!r}."
+        )
 
 
 def _concat(parts: list) -> Any:
@@ -344,8 +366,18 @@ def _flatten_packed(p: Packed) -> tuple[tuple, Layout]:
     return p.buffers, p.layout
 
 
+def buffer_names(groups: tuple[str, ...]) -> list[str]:
+    """Each buffer's dtype, numbered from the second buffer of a dtype on (`float32#1`)."""
+    seen: dict[str, int] = {}
+    names = []
+    for g in groups:
+        names.append(g if g not in seen else f"{g}#{seen[g]}")
+        seen[g] = seen.get(g, 0) + 1
+    return names
+
+
 def _flatten_packed_with_keys(p: Packed) -> tuple[tuple, Layout]:
-    keys = [jax.tree_util.GetAttrKey(f"buffers[{g}]") for g in p.layout.groups]
+    keys = [jax.tree_util.GetAttrKey(f"buffers[{n}]") for n in buffer_names(p.layout.groups)]
     return tuple(zip(keys, p.buffers)), p.layout
 
 

@@ -182,3 +182,22 @@ def test_loading_unequal_counts_into_one_buffer_is_an_error():
     flat = gradtx.state_dict(state)
     with pytest.raises(ValueError, match="loaded values differ"):
         gradtx.load_state_dict(tx, gradtx.pack(params), flat)
+
+
+def test_large_leaves_get_their_own_buffer_and_unpack_the_same():
+    params = {"big": jnp.arange(12.0).reshape(3, 4), "a": jnp.ones(2), "b": jnp.zeros(3)}
+    packed = gradtx.pack(params, own_buffer_from=10)
+    assert [b.shape for b in packed.buffers] == [(5,), (12,)]
+    assert repr(packed) == "Packed(3 leaves in float32[5], float32#1[12])"
+    keys = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(packed)[0]]
+    assert keys == [".buffers[float32]", ".buffers[float32#1]"]
+    offsets = packed.offsets()
+    for runtime in (offsets, None):
+        back = jax.jit(lambda p, o: p.unpack(o))(packed, runtime)
+        for key in params:
+            np.testing.assert_array_equal(back[key], params[key])
+    grads = jax.grad(lambda p: p.unpack(offsets)["big"].sum() + p.unpack(offsets)["b"].sum())(
+        packed
+    )
+    np.testing.assert_array_equal(grads.buffers[1], np.ones(12))
+    np.testing.assert_array_equal(grads.buffers[0], [0, 0, 1, 1, 1])
