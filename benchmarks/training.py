@@ -3,8 +3,8 @@
 Compares three ways to train the same model with Adam: params as a tree with optax, as a
 tree with gradtx, and packed with gradtx (`gradtx.pack`, the model unpacking its leaves at
 runtime offsets). Reports compile time, the donated step time, and the total for compiling
-plus a run of steps, with ratios to optax. The last two rows time the model's gradient alone (no
-optimizer) on each layout of the params: what the optimizer adds is the difference.
+plus a run of steps, with ratios to optax. The last two rows time the model's gradient
+alone (no optimizer) on each layout of the params: what the optimizer adds is the difference.
 """
 
 from __future__ import annotations

@@ -319,13 +319,14 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
             )
         name = jnp.dtype(dtype).name
         alone = own_buffer_from is not None and int(np.size(leaf)) >= own_buffer_from
-        if alone or name not in shared:
-            if not alone:
-                shared[name] = len(groups)
+        group = None if alone else shared.get(name)
+        if group is None:  # a large leaf, or the first small leaf of its dtype
+            group = len(groups)
             groups.append(name)
             pieces.append([])
             sizes.append(0)
-        group = len(groups) - 1 if alone else shared[name]
+            if not alone:
+                shared[name] = group
         spec = LeafSpec(path, group, sizes[group], tuple(np.shape(leaf)))
         specs.append(spec)
         sizes[group] += spec.size
