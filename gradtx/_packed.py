@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +43,7 @@ class LeafSpec:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Layout:
     """The static description of a `Packed`: the original tree and where each leaf lives.
 
@@ -58,6 +59,28 @@ class Layout:
     specs: tuple[LeafSpec, ...]
     groups: tuple[str, ...]
     sizes: tuple[int, ...]
+
+    # JAX hashes and compares a pytree's static data on every jitted call. The generated
+    # dataclass methods walk every `LeafSpec` in Python (about 0.6 ms for 2000 leaves, a
+    # tenth of a packed Adam step), so the key is built once, of plain tuples compared in C.
+    @functools.cached_property
+    def _key(self) -> tuple:
+        specs = tuple((s.path, s.group, s.offset, s.shape) for s in self.specs)
+        return (self.treedef, specs, self.groups, self.sizes)
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Layout):
+            return NotImplemented
+        return self._hash == other._hash and self._key == other._key
 
     @functools.cached_property
     def all_paths(self) -> tuple[str, ...]:
@@ -79,6 +102,18 @@ class Layout:
         for spec, hit in zip(specs, hits):
             mask[spec.offset : spec.offset + spec.size] = hit
         return mask
+
+
+_LAYOUTS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _interned(layout: Layout) -> Layout:
+    """The one live `Layout` equal to `layout`.
+
+    Params and gradients packed apart then share it, so JAX's check of the static data on
+    every jitted call is an identity test.
+    """
+    return _LAYOUTS.setdefault(layout, layout)
 
 
 def join_path(prefix: str, path: str) -> str:
@@ -331,7 +366,7 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
         specs.append(spec)
         sizes[group] += spec.size
         pieces[group].append(leaf)
-    layout = Layout(treedef, tuple(specs), tuple(groups), tuple(sizes))
+    layout = _interned(Layout(treedef, tuple(specs), tuple(groups), tuple(sizes)))
     buffers = tuple(_concat(parts) for parts in pieces)
     return Packed(layout, buffers)
 

@@ -201,3 +201,25 @@ def test_large_leaves_get_their_own_buffer_and_unpack_the_same():
     )
     np.testing.assert_array_equal(grads.buffers[1], np.ones(12))
     np.testing.assert_array_equal(grads.buffers[0], [0, 0, 1, 1, 1])
+
+
+def test_equal_layouts_are_one_object_and_compare_by_content():
+    # JAX compares a pytree's static data on every jitted call: params and gradients packed
+    # apart share one layout object, so that check is an identity test.
+    params = _params()
+    a, b = gradtx.pack(params), gradtx.pack(jax.tree.map(lambda x: x, params))
+    assert a.layout is b.layout
+    assert gradtx.pack(params, own_buffer_from=4).layout is not a.layout
+    # A layout built apart (not through `pack`) still compares and hashes by content.
+    from gradtx._packed import Layout, LeafSpec
+
+    copy = Layout(
+        a.layout.treedef,
+        tuple(LeafSpec(s.path, s.group, s.offset, s.shape) for s in a.layout.specs),
+        a.layout.groups,
+        a.layout.sizes,
+    )
+    assert copy is not a.layout and copy == a.layout and hash(copy) == hash(a.layout)
+    moved = Layout(copy.treedef, copy.specs[::-1], copy.groups, copy.sizes)
+    assert moved != a.layout
+    assert (a.layout == "float32") is False
