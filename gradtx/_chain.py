@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from gradtx._base import Transformation, as_transformation
 from gradtx._describe import merge_descriptions
 from gradtx._module import static
@@ -98,8 +101,15 @@ class Chain(Transformation):
         return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """Run each child's update in order, passing `params` and `**extra` along."""
+        """Run each child's update in order, passing `params` and `**extra` along.
+
+        Updates narrower than float32 (bfloat16, float16) travel between the children in
+        float32 and are rounded back to their own dtype once, at the end.
+        """
         new_state = dict(state) if isinstance(state, dict) else state
+        given = updates
+        if len(self.transforms) > 1:
+            updates = jax.tree.map(_widened, updates)
         for name, tx in zip(self.names, self.transforms):
             child = self._child_state(state, name, tx)
             updates, child = tx.update(updates, child, params, **extra)
@@ -107,7 +117,34 @@ class Chain(Transformation):
                 new_state.update(child)
             else:
                 new_state[name] = child
+        if updates is not given:
+            updates = _narrowed_back(updates, given)
         return updates, new_state
+
+
+def _is_narrow(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4
+
+
+# Each child rounds its output to the updates' dtype; for bfloat16 that is a software rounding
+# per element and per child (on CPU it made a momentum step 1.2x slower than one rounding),
+# and every rounding loses precision. In float32 between children, only the end rounds.
+def _widened(x: Any) -> Any:
+    return x.astype(jnp.float32) if _is_narrow(x) else x
+
+
+def _narrowed_back(updates: Any, given: Any) -> Any:
+    """`updates` with each leaf that was narrow in `given` back in that dtype."""
+    leaves, treedef = jax.tree.flatten(updates)
+    before, before_def = jax.tree.flatten(given)
+    if treedef != before_def:  # a child changed the structure: leave its dtypes alone
+        return updates
+    out = [
+        u.astype(g.dtype) if _is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 else u
+        for u, g in zip(leaves, before)
+    ]
+    return treedef.unflatten(out)
 
 
 def chain(*transforms: Any) -> Chain:
@@ -115,6 +152,10 @@ def chain(*transforms: Any) -> Chain:
 
     Names are the transformations' names (`clip_by_global_norm`, `adamw`, ...) with a suffix
     on repeats (`scale`, `scale_2`). optax transformations are accepted and wrapped.
+
+    Updates narrower than float32 (bfloat16, float16) pass between the transformations in
+    float32 and come out rounded to their own dtype once, so a chain rounds like one
+    transformation, not once per step.
 
     Args:
         *transforms: the transformations, applied first to last.

@@ -254,3 +254,45 @@ def test_foreign_names_come_from_the_object():
     assert tx.names == ("_Halve", "transform")
     updates, _ = tx.update(_grads(0), tx.init(_params()))
     _assert_trees_equal(updates, jax.tree.map(lambda g: 0.5 * g, _grads(0)))
+
+
+# --- low-precision updates -----------------------------------------------------------------------
+
+
+def _bf16(x):
+    return np.asarray(jnp.asarray(x, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32))
+
+
+def test_low_precision_updates_are_rounded_once_at_the_end_of_a_chain():
+    rng = np.random.default_rng(3)
+    w = jnp.asarray(rng.normal(size=64), jnp.bfloat16)
+    params = {"w": w, "f": jnp.ones(3), "frozen": jnp.ones(2, jnp.bfloat16)}
+    tx = gradtx.chain(gradtx.trace(0.9, accumulator_dtype=jnp.float32), gradtx.scale(-0.37))
+    state = tx.init(params)
+    grads = [jnp.asarray(rng.normal(size=64), jnp.bfloat16) for _ in range(2)]
+    trace = np.zeros(64, np.float32)
+    differs = False
+    for g in grads:
+        updates, state = jax.jit(tx.update)({"w": g, "f": jnp.ones(3), "frozen": None}, state)
+        expected = np.asarray(g, np.float32) + np.float32(0.9) * trace
+        trace = np.asarray(state["trace"]["trace"]["w"])  # XLA may fuse into an FMA: 1 ulp
+        np.testing.assert_allclose(trace, expected, rtol=1e-6, atol=1e-6)
+        once = _bf16(np.float32(-0.37) * trace)
+        each = _bf16(np.float32(-0.37) * _bf16(trace))  # rounding after every child
+        assert updates["w"].dtype == jnp.bfloat16 and updates["f"].dtype == jnp.float32
+        assert updates["frozen"] is None
+        np.testing.assert_array_equal(np.asarray(updates["w"], np.float32), once)
+        differs |= bool(np.any(once != each))
+    assert differs  # rounding after every child would give other values here
+
+
+def test_low_precision_packed_updates_are_rounded_once_too():
+    rng = np.random.default_rng(4)
+    params = {"a": jnp.asarray(rng.normal(size=8), jnp.bfloat16), "b": jnp.ones(3, jnp.bfloat16)}
+    grads = {"a": jnp.asarray(rng.normal(size=8), jnp.bfloat16), "b": jnp.ones(3, jnp.bfloat16)}
+    tx = gradtx.chain(gradtx.trace(0.9, accumulator_dtype=jnp.float32), gradtx.scale(-0.37))
+    tree, _ = tx.update(grads, tx.init(params))
+    packed, _ = tx.update(gradtx.pack(grads), tx.init(gradtx.pack(params)))
+    assert packed.buffers[0].dtype == jnp.bfloat16
+    for path, value in packed.unpack().items():
+        np.testing.assert_array_equal(value, tree[path])
