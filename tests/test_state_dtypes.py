@@ -49,6 +49,13 @@ def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
     norm = gradtx.global_norm(tree)
     assert norm.dtype == jnp.float32
     np.testing.assert_allclose(float(norm), expected, rtol=1e-6)
+    np.testing.assert_allclose(float(jax.jit(gradtx.global_norm)(tree)), expected, rtol=1e-6)
+    # Differentiable too (the low-precision path reduces behind an optimization barrier).
+    grad = jax.grad(gradtx.global_norm)(tree)
+    for key in ("bf16", "f16"):
+        assert grad[key].dtype == tree[key].dtype
+        want = np.asarray(tree[key], np.float64) / expected
+        np.testing.assert_allclose(np.asarray(grad[key], np.float64), want, rtol=1e-2, atol=1e-4)
 
 
 # Every core optimizer, built with its learning rate as a Python float, a NumPy float32 or
