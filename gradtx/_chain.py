@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from gradtx._base import Transformation, as_transformation
 from gradtx._describe import merge_descriptions
 from gradtx._module import static
+from gradtx._widening import is_narrow, widening
 
 __all__ = ["Chain", "chain", "named_chain"]
 
@@ -108,30 +109,19 @@ class Chain(Transformation):
         """
         new_state = dict(state) if isinstance(state, dict) else state
         given = updates
-        if len(self.transforms) > 1:
-            updates = jax.tree.map(_widened, updates)
-        for name, tx in zip(self.names, self.transforms):
-            child = self._child_state(state, name, tx)
-            updates, child = tx.update(updates, child, params, **extra)
-            if self.flat:
-                new_state.update(child)
-            else:
-                new_state[name] = child
+        with widening() as widen:
+            if len(self.transforms) > 1:  # see gradtx/_widening.py
+                updates = jax.tree.map(widen, updates)
+            for name, tx in zip(self.names, self.transforms):
+                child = self._child_state(state, name, tx)
+                updates, child = tx.update(updates, child, params, **extra)
+                if self.flat:
+                    new_state.update(child)
+                else:
+                    new_state[name] = child
         if updates is not given:
             updates = _narrowed_back(updates, given)
         return updates, new_state
-
-
-def _is_narrow(x: Any) -> bool:
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4
-
-
-# Each child rounds its output to the updates' dtype; for bfloat16 that is a software rounding
-# per element and per child (on CPU it made a momentum step 1.2x slower than one rounding),
-# and every rounding loses precision. In float32 between children, only the end rounds.
-def _widened(x: Any) -> Any:
-    return x.astype(jnp.float32) if _is_narrow(x) else x
 
 
 def _narrowed_back(updates: Any, given: Any) -> Any:
@@ -141,7 +131,7 @@ def _narrowed_back(updates: Any, given: Any) -> Any:
     if treedef != before_def:  # a child changed the structure: leave its dtypes alone
         return updates
     out = [
-        u.astype(g.dtype) if _is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 else u
+        u.astype(g.dtype) if is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 else u
         for u, g in zip(leaves, before)
     ]
     return treedef.unflatten(out)

@@ -296,3 +296,38 @@ def test_low_precision_packed_updates_are_rounded_once_too():
     assert packed.buffers[0].dtype == jnp.bfloat16
     for path, value in packed.unpack().items():
         np.testing.assert_array_equal(value, tree[path])
+
+
+def test_a_global_norm_in_a_chain_reads_the_updates_the_chain_has_reached():
+    # The norm may be taken from the narrow source of the chain's float32 copy, but only
+    # while no step before it has changed the updates.
+    from gradtx._widening import _SOURCES
+
+    g = {"w": jnp.asarray([3.0, 4.0], jnp.bfloat16), "b": jnp.asarray([12.0], jnp.bfloat16)}
+    for first, factor in ((gradtx.identity(), 1.0), (gradtx.scale(2.0), 2.0)):
+        tx = gradtx.chain(first, gradtx.clip_by_global_norm(1.0))
+        updates, state = jax.jit(tx.update)(g, tx.init(g))
+        assert float(state["clip_by_global_norm"]["global_norm"]) == 13.0 * factor
+        np.testing.assert_allclose(
+            np.asarray(updates["w"], np.float32), _bf16(np.array([3.0, 4.0]) / 13.0), rtol=0
+        )
+    assert not _SOURCES  # nothing outlives the chain's update
+
+
+def test_clipping_bf16_updates_in_a_chain_needs_no_float32_copy_of_them():
+    # XLA's CPU backend wrote the float32 conversion of the gradient out in full for the norm
+    # when the rest of the step shared it (see gradtx/_widening.py): one more gradient-sized
+    # float32 buffer than the same step without clipping.
+    import re
+
+    n = 1 << 18
+    params = {"w": jnp.ones(n, jnp.bfloat16)}
+
+    def float32_buffers(tx):
+        step = jax.jit(lambda g, s: tx.update(g, s, params))
+        entry = step.lower(params, tx.init(params)).compile().as_text().split("ENTRY")[1]
+        return len(re.findall(rf"= f32\[{n}\]\S* (?:fusion|convert)\(", entry))
+
+    adam = gradtx.adam(1e-3, mu_dtype=jnp.float32)
+    clipped = float32_buffers(gradtx.chain(gradtx.clip_by_global_norm(1.0), adam))
+    assert clipped == float32_buffers(adam)
