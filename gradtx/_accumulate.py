@@ -13,6 +13,7 @@ from gradtx._describe import present_paths
 from gradtx._lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._module import field, static
 from gradtx._paths import flatten, is_unit
+from gradtx._widening import is_narrow
 
 __all__ = ["Accumulate", "accumulate", "multi_steps"]
 
@@ -27,10 +28,6 @@ def _accumulator_dtype(value: Any, name: str) -> Any:
         return jnp.dtype(value)
     except TypeError as e:
         raise TypeError(f"`{name}` must be a dtype, None or {PARAM_DTYPE!r}, got {value!r}") from e
-
-
-def _low_precision(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize < 4
 
 
 def check_count(value: Any, name: str, minimum: int) -> None:
@@ -69,7 +66,7 @@ class Accumulate(Transformation):
         if self.accumulator_dtype == PARAM_DTYPE:
             return param.dtype
         if self.accumulator_dtype is None:
-            return jnp.float32 if _low_precision(param.dtype) else param.dtype
+            return jnp.float32 if is_narrow(param) else param.dtype
         return self.accumulator_dtype
 
     def frozen_paths(self, params: Any) -> frozenset[str]:

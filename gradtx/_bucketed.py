@@ -18,17 +18,12 @@ import jax.numpy as jnp
 
 from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._module import field, static
-from gradtx._packed import Packed, check_own_buffer_from, pack
+from gradtx._packed import LARGE_LEAF, Packed, check_own_buffer_from, pack
 from gradtx._paths import flatten, is_unit
 
 __all__ = ["Bucketed", "bucketed"]
 
 OFFSETS = "bucket_offsets"
-# Leaves of at least this many elements keep a buffer of their own: at 64Ki float32 elements
-# Adam's step on a leaf moves about 1.8 MB, some 40 us at this machine's bandwidth, several
-# times a kernel launch, while copying such leaves into a shared buffer ran at about
-# 3 GB/s (XLA's CPU concatenation of large operands).
-LARGE_LEAF = 1 << 16
 
 
 class BucketOffsets:

@@ -4,25 +4,19 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from gradtx._complex import is_complex, to_real
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype, map_updates
+from gradtx._lift import compute_dtype, map_updates, split_explicitly
 from gradtx._module import hyperparam
-from gradtx._packed import concatenate
+from gradtx._packed import LARGE_LEAF, concatenate
 from gradtx._paths import flatten, is_unit
 from gradtx._widening import narrow_source
 
 __all__ = ["clip", "clip_by_global_norm", "global_norm", "global_sum_of_squares"]
-
-
-# Leaves below this size (elements) share one reduction in `global_norm`; larger ones are
-# reduced where they lie (copying them would cost more than a kernel launch saves).
-SMALL_LEAF = 1 << 16
 
 
 def global_norm(updates: Any) -> jnp.ndarray:
@@ -63,16 +57,15 @@ def global_sum_of_squares(updates: Any) -> jnp.ndarray:
 def _joins_small(x: Any) -> bool:
     """Whether `x` joins the shared reduction of small leaves.
 
-    That is a real float of at most 32 bits with fewer than `SMALL_LEAF` elements, not split
+    That is a real float of at most 32 bits with fewer than `LARGE_LEAF` elements, not split
     over devices by an explicit sharding (which a flattening reshape may not cross).
     """
     dtype = getattr(x, "dtype", None)
     if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or dtype.itemsize > 4:
         return False
-    if np.size(x) >= SMALL_LEAF:
+    if np.size(x) >= LARGE_LEAF:
         return False
-    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None) or ()
-    return all(axis is None for axis in spec)
+    return not split_explicitly(x)
 
 
 def _sum_of_squares(x: Any) -> jnp.ndarray:

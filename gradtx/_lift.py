@@ -32,6 +32,7 @@ __all__ = [
     "compute_dtype",
     "init_slots",
     "map_updates",
+    "split_explicitly",
     "update_slots",
     "zeros_for",
 ]
@@ -75,12 +76,17 @@ def zeros_for(param: Any, dtype: Any = None) -> jax.Array:
         return jnp.zeros(param.shape, dtype, device=sharding)
     if not isinstance(param, jax.core.Tracer):
         return jnp.zeros_like(param, dtype=dtype)  # copies a concrete array's sharding
-    spec = getattr(getattr(jax.typeof(param), "sharding", None), "spec", None) or ()
-    if any(axis is not None for axis in spec):  # explicit sharding is known while tracing
+    if split_explicitly(param):  # explicit sharding is known while tracing
         return jnp.zeros_like(param, dtype=dtype)
     if param.size == 0 or not jnp.issubdtype(param.dtype, jnp.inexact):
         return jnp.zeros_like(param, dtype=dtype)
     return jnp.abs(jnp.nan_to_num(param * 0, nan=0.0, posinf=0.0, neginf=0.0)).astype(dtype)
+
+
+def split_explicitly(x: Any) -> bool:
+    """Whether `x` is split over devices by an explicit sharding (visible while tracing)."""
+    spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None) or ()
+    return any(axis is not None for axis in spec)
 
 
 def _shape_dtype(x: Any) -> tuple[tuple, Any]:

@@ -59,13 +59,13 @@ def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
 
 
 def test_global_norm_reduces_small_leaves_together_and_large_ones_alone():
-    from gradtx._clipping import SMALL_LEAF
+    from gradtx._packed import LARGE_LEAF
 
     rng = np.random.default_rng(1)
     tree = {
         "small": [jnp.asarray(rng.normal(size=(3, 5)), jnp.float32) for _ in range(40)],
         "bf16": jnp.asarray(rng.normal(size=7), jnp.bfloat16),
-        "large": jnp.asarray(rng.normal(size=SMALL_LEAF), jnp.float32),
+        "large": jnp.asarray(rng.normal(size=LARGE_LEAF), jnp.float32),
         "packed": gradtx.pack({"a": jnp.ones(3), "b": jnp.full((2, 2), 2.0)}),
         "none": None,
         "empty": jnp.zeros((0, 3)),
