@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -157,6 +158,23 @@ def test_unpack_checks_the_offsets():
     packed = gradtx.pack({"w": jnp.ones(2), "v": jnp.ones(2)})
     with pytest.raises(ValueError, match="expected 2 offsets"):
         packed.unpack(packed.offsets()[:1])
+
+
+def test_unpack_at_runtime_offsets_traces_a_slice_and_a_reshape_per_leaf():
+    # Offsets are never negative: no wrap-around (compare, add, select) per leaf, which on
+    # 2000 leaves cost 0.5 s of tracing and lowering and a larger kernel for XLA.
+    packed = gradtx.pack(_params())
+    jaxpr = jax.make_jaxpr(lambda p, offsets: p.unpack(offsets))(packed, packed.offsets())
+
+    def primitives(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn.primitive.name
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                yield from primitives(sub)
+
+    names = [n for n in primitives(jaxpr.jaxpr) if n not in ("custom_vjp_call", "pjit")]
+    assert set(names) <= {"dynamic_slice", "reshape"}, sorted(set(names))
+    assert names.count("dynamic_slice") == len(packed.layout.specs)
 
 
 def test_mixing_packed_and_unpacked_trees_is_an_error_naming_the_path():
