@@ -109,12 +109,22 @@ def configs() -> list[Config]:
     def g_bucketed(w):
         return gradtx.bucketed(g_adam(w))
 
+    def g_clipped_bucketed(w):
+        return gradtx.bucketed(g_clipped(w))
+
     return [
         Config("adam", g_adam, o_adam, _adam_bytes),
         # The same Adam with its state in flat buffers (the params stay a tree), against optax's.
         Config("adam, bucketed state", g_bucketed, o_adam, _adam_bytes, applies=_tree_params),
         Config("per-group lr (partition)", g_groups, o_groups, _adam_bytes, applies=_has_biases),
         Config("clip+adamw(cosine, mask)", g_clipped, o_clipped, _adam_bytes),
+        Config(
+            "clip+adamw, bucketed state",
+            g_clipped_bucketed,
+            o_clipped,
+            _adam_bytes,
+            applies=_tree_params,
+        ),
         Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
         Config("lion", g_lion, o_lion, _sgd_bytes),  # read g, p, mu; write p, mu
     ]
