@@ -146,13 +146,9 @@ def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:
     `own_buffer_from` elements (64Ki by default) keep a buffer of their own, which costs no
     copy: bucketing a large leaf saves nothing, and XLA's CPU concatenation of large
     operands is slow. On 2000 small leaves this compiles 3-5x faster than the per-leaf
-    layout; figures on the performance page. It is for many small leaves: on large
-    multi-dimensional leaves with donated params, a transformation that reads the params
-    (weight decay) makes XLA copy each such param every step, so use the per-leaf layout
-    there. The results equal `tx`'s on the same params
-    (bit-for-bit, except that a multi-dimensional leaf with a buffer of its own runs as a
-    1-D array, which XLA may round differently by an ulp), with these differences, which
-    are those of packed params:
+    layout; figures on the performance page. A buffer of its own is the leaf in its own
+    shape. The results equal `tx`'s on the same params, bit-for-bit, with these
+    differences, which are those of packed params:
 
     - a step count is one value per buffer, not one per path;
     - every present leaf must have a gradient: a `None` gradient (a partial update) is an

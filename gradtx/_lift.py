@@ -347,6 +347,7 @@ def _update_by_leaf(
         if np.ndim(slots_g[name]) == 0:  # one value per buffer: every leaf advanced it alike
             out[name] = values[-1] if values else slots_g[name]
         else:
-            out[name] = jnp.concatenate([jnp.ravel(v) for v in values]) if values else slots_g[name]
-    u = jnp.concatenate(pieces) if pieces else grad
+            flat = jnp.concatenate([jnp.ravel(v) for v in values]) if values else slots_g[name]
+            out[name] = flat.reshape(np.shape(slots_g[name]))
+    u = jnp.concatenate(pieces).reshape(np.shape(grad)) if pieces else grad
     return u.astype(grad.dtype), out

@@ -155,7 +155,7 @@ def _merge_unit(
             buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
         else:
             parts = [jnp.ravel(v) for _, v in entries]
-            buffers.append(jnp.concatenate(parts) if parts else old)
+            buffers.append(jnp.concatenate(parts).reshape(np.shape(old)) if parts else old)
     return template.replace(tuple(buffers))
 
 

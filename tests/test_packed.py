@@ -174,7 +174,10 @@ def test_unpack_at_runtime_offsets_traces_a_slice_and_a_reshape_per_leaf():
 
     names = [n for n in primitives(jaxpr.jaxpr) if n not in ("custom_vjp_call", "pjit")]
     assert set(names) <= {"dynamic_slice", "reshape"}, sorted(set(names))
-    assert names.count("dynamic_slice") == len(packed.layout.specs)
+    # A buffer of one leaf is that leaf: no slice.
+    shared = [s for s in packed.layout.specs if len(packed.layout.by_group[s.group]) > 1]
+    assert 0 < len(shared) < len(packed.layout.specs)
+    assert names.count("dynamic_slice") == len(shared)
 
 
 def test_mixing_packed_and_unpacked_trees_is_an_error_naming_the_path():
@@ -205,8 +208,9 @@ def test_loading_unequal_counts_into_one_buffer_is_an_error():
 def test_large_leaves_get_their_own_buffer_and_unpack_the_same():
     params = {"big": jnp.arange(12.0).reshape(3, 4), "a": jnp.ones(2), "b": jnp.zeros(3)}
     packed = gradtx.pack(params, own_buffer_from=10)
-    assert [b.shape for b in packed.buffers] == [(5,), (12,)]
-    assert repr(packed) == "Packed(3 leaves in float32[5], float32#1[12])"
+    # A buffer of one leaf is the leaf in its own shape (no view that XLA must see through).
+    assert [b.shape for b in packed.buffers] == [(5,), (3, 4)]
+    assert repr(packed) == "Packed(3 leaves in float32[5], float32#1[3,4])"
     keys = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_flatten_with_path(packed)[0]]
     assert keys == [".buffers[float32]", ".buffers[float32#1]"]
     offsets = packed.offsets()
@@ -217,7 +221,7 @@ def test_large_leaves_get_their_own_buffer_and_unpack_the_same():
     grads = jax.grad(lambda p: p.unpack(offsets)["big"].sum() + p.unpack(offsets)["b"].sum())(
         packed
     )
-    np.testing.assert_array_equal(grads.buffers[1], np.ones(12))
+    np.testing.assert_array_equal(grads.buffers[1], np.ones((3, 4)))
     np.testing.assert_array_equal(grads.buffers[0], [0, 0, 1, 1, 1])
 
 
