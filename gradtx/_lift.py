@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._complex import check_same_kind, from_real, is_complex, reject_complex_packed, to_real
-from gradtx._packed import Packed, check_same_layout, slice_leaf
+from gradtx._packed import Packed, check_same_layout, join_leaves, slice_leaf
 from gradtx._paths import flatten, is_unit
 
 __all__ = [
@@ -339,7 +339,7 @@ def _update_by_leaf(
             u, changed = leaf_update(g_leaf, old, None if param_g is None else cut(param_g))
         else:
             u, changed = g_leaf, {}
-        pieces.append(jnp.ravel(u))
+        pieces.append(u)
         for name in slots_g:
             slot_pieces[name].append(changed.get(name, old[name]))
     out = {}
@@ -347,7 +347,6 @@ def _update_by_leaf(
         if np.ndim(slots_g[name]) == 0:  # one value per buffer: every leaf advanced it alike
             out[name] = values[-1] if values else slots_g[name]
         else:
-            flat = jnp.concatenate([jnp.ravel(v) for v in values]) if values else slots_g[name]
-            out[name] = flat.reshape(np.shape(slots_g[name]))
-    u = jnp.concatenate(pieces).reshape(np.shape(grad)) if pieces else grad
+            out[name] = join_leaves(values, np.shape(slots_g[name])) if values else slots_g[name]
+    u = join_leaves(pieces, np.shape(grad)) if pieces else grad
     return u.astype(grad.dtype), out

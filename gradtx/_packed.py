@@ -26,7 +26,7 @@ from jax import lax
 
 from gradtx._paths import flatten
 
-__all__ = ["LARGE_LEAF", "Layout", "Packed", "join_path", "pack", "slice_leaf"]
+__all__ = ["LARGE_LEAF", "Layout", "Packed", "join_leaves", "join_path", "pack", "slice_leaf"]
 
 # Leaves of at least this many elements are not worth copying into a shared buffer: at 64Ki
 # float32 elements Adam's step on a leaf moves about 1.8 MB, some 40 us at this machine's
@@ -62,7 +62,7 @@ class Layout:
         sizes: the number of elements of each buffer.
 
     A buffer that holds a single leaf of one or more dimensions keeps that leaf's shape
-    (`buffer_shape`); the others are 1-D. Viewed as 1-D, a param that weight decay reads
+    (`buffer_shapes`); the others are 1-D. Viewed as 1-D, a param that weight decay reads
     would reach XLA's fused update in two shapes, and XLA updates a donated buffer in place
     only when every use in the kernel is elementwise: it copied each such param instead.
     """
@@ -285,26 +285,31 @@ def check_same_layout(a: Packed, b: Any, owner: str, path: str = "") -> None:
         )
 
 
-def slice_leaf(buffer: Any, spec: LeafSpec) -> Any:
-    """The leaf `spec` describes, cut out of its buffer at its (static) offset."""
+def slice_leaf(buffer: Any, spec: LeafSpec, offset: Any = None) -> Any:
+    """The leaf `spec` describes, cut out of its buffer.
+
+    The cut is at `offset` (a runtime value) or, without one, at the spec's static offset.
+    """
     if np.shape(buffer) == spec.shape:  # the buffer is the leaf (any other leaf is empty)
         return buffer
-    return lax.slice(buffer, (spec.offset,), (spec.offset + spec.size,)).reshape(spec.shape)
+    if offset is None:
+        flat = lax.slice(buffer, (spec.offset,), (spec.offset + spec.size,))
+    else:
+        # Offsets are never negative, so the slice needs no wrap-around: without it each
+        # leaf traces and lowers three operations fewer (2000 leaves: 0.5 s less to compile).
+        flat = lax.dynamic_slice(buffer, (offset,), (spec.size,), allow_negative_indices=False)
+    return flat.reshape(spec.shape)
+
+
+def join_leaves(leaves: list, shape: tuple[int, ...]) -> Any:
+    """The buffer of `shape` that `leaves` tile, in order (the inverse of `slice_leaf`)."""
+    return concatenate([jnp.ravel(leaf) for leaf in leaves]).reshape(shape)
 
 
 def _unpack_leaves(layout: Layout, buffers: tuple, offsets: tuple | None) -> list:
     if offsets is None:
         return [slice_leaf(buffers[s.group], s) for s in layout.specs]
-    # Offsets are never negative, so the slice needs no wrap-around: without it each leaf
-    # traces and lowers three operations fewer (2000 leaves: 0.5 s less to compile).
-    return [
-        buffers[s.group]
-        if np.shape(buffers[s.group]) == s.shape
-        else lax.dynamic_slice(
-            buffers[s.group], (o,), (s.size,), allow_negative_indices=False
-        ).reshape(s.shape)
-        for s, o in zip(layout.specs, offsets)
-    ]
+    return [slice_leaf(buffers[s.group], s, o) for s, o in zip(layout.specs, offsets)]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -323,9 +328,9 @@ def _unpack_bwd(layout: Layout, offsets: tuple | None, cotangents: list) -> tupl
     grads = []
     for group, specs in enumerate(layout.by_group):
         dtype = layout.groups[group]
-        pieces = [by_spec[s].reshape(-1).astype(dtype) for s in specs]
-        grad = concatenate(pieces) if pieces else jnp.zeros((0,), dtype)
-        grads.append(grad.reshape(layout.buffer_shapes[group]))
+        pieces = [by_spec[s].astype(dtype) for s in specs]
+        shape = layout.buffer_shapes[group]
+        grads.append(join_leaves(pieces, shape) if pieces else jnp.zeros(shape, dtype))
     if offsets is None:
         return tuple(grads), None
     zeros = tuple(np.zeros((), jax.dtypes.float0) for _ in offsets)
@@ -417,7 +422,7 @@ def _concat(parts: list, shape: tuple[int, ...]) -> Any:
         return jax.ShapeDtypeStruct(shape, parts[0].dtype)
     if len(parts) == 1 and np.shape(parts[0]) == shape:
         return jnp.array(parts[0], copy=True)  # a buffer may be donated: never the input
-    return concatenate([jnp.ravel(p) for p in parts]).reshape(shape)
+    return join_leaves(parts, shape)
 
 
 def concatenate(flat: list) -> Any:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._packed import Packed
+from gradtx._packed import Packed, join_leaves
 from gradtx._paths import flatten, is_unit
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
@@ -154,8 +154,8 @@ def _merge_unit(
                 )
             buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
         else:
-            parts = [jnp.ravel(v) for _, v in entries]
-            buffers.append(jnp.concatenate(parts).reshape(np.shape(old)) if parts else old)
+            parts = [v for _, v in entries]
+            buffers.append(join_leaves(parts, np.shape(old)) if parts else old)
     return template.replace(tuple(buffers))
 
 
