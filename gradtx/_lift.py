@@ -22,9 +22,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from gradtx._complex import check_same_kind, from_real, is_complex, reject_complex_packed, to_real
-from gradtx._packed import Packed, check_same_layout, join_leaves, slice_leaf
+from gradtx._packed import LARGE_LEAF, Packed, check_same_layout, join_leaves, slice_leaf
 from gradtx._paths import flatten, is_unit
 
 __all__ = [
@@ -310,9 +311,24 @@ def _check_splittable(slots_g: dict[str, Any], owner: str, path: str) -> None:
 
 def _masked(mask: np.ndarray, grad: Any, u: Any, old: dict, changed: dict) -> tuple[Any, dict]:
     """Keep unselected elements of a packed buffer as they were."""
-    m = jnp.asarray(mask)
+    m = _selection(mask) if mask.size >= LARGE_LEAF else jnp.asarray(mask)
     out = {name: jnp.where(m, value, old[name]) for name, value in changed.items()}
     return jnp.where(m, u, grad), out
+
+
+def _selection(mask: np.ndarray) -> jax.Array:
+    """The 1-D bool `mask`, read at run time from its bits packed in 32-bit words.
+
+    As a bool constant, XLA embeds a byte per element in the program: on 2000 leaves packed
+    in 4M elements that doubled the compile time of masked weight decay (0.15 s against
+    0.07 s without the mask). The words are an eighth of that, and the kernel that applies
+    the mask reads one word per 32 elements. Small masks stay constants, which cost nothing.
+    """
+    words = np.packbits(mask, bitorder="little")
+    words = np.pad(words, (0, -words.size % 4)).view("<u4")
+    i = lax.iota(jnp.uint32, mask.size)
+    word = jnp.asarray(words).at[i >> 5].get(mode="promise_in_bounds")
+    return ((word >> (i & 31)) & 1).astype(jnp.bool_)
 
 
 def _update_by_leaf(

@@ -113,15 +113,24 @@ class Layout:
     def group_mask(self, group: int, chosen: set[str], prefix: str) -> Any:
         """`True`/`False` if all/none of a buffer's paths are in `chosen`, else a bool mask."""
         specs = self.by_group[group]
-        hits = [join_path(prefix, s.path) in chosen for s in specs]
-        if all(hits):
+        hits = np.fromiter((join_path(prefix, s.path) in chosen for s in specs), bool, len(specs))
+        if hits.all():
             return True
-        if not any(hits):
+        if not hits.any():
             return False
-        mask = np.zeros(self.sizes[group], np.bool_)
-        for spec, hit in zip(specs, hits):
-            mask[spec.offset : spec.offset + spec.size] = hit
-        return mask
+        # A buffer's leaves lie end to end in spec order (see `pack`).
+        return np.repeat(hits, self.leaf_sizes[group])
+
+    @functools.cached_property
+    def leaf_sizes(self) -> tuple[np.ndarray, ...]:
+        """The sizes of each buffer's leaves, in buffer order."""
+        return tuple(np.array([s.size for s in specs], np.int64) for specs in self.by_group)
+
+    @functools.cached_property
+    def structure(self) -> Any:
+        """The original tree with `jax.ShapeDtypeStruct` leaves (see `Packed.structure`)."""
+        flat = {s.path: jax.ShapeDtypeStruct(s.shape, self.groups[s.group]) for s in self.specs}
+        return self.treedef.unflatten([flat.get(p) for p in self.all_paths])
 
 
 _LAYOUTS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -245,12 +254,11 @@ class Packed:
                 yield join_path(prefix, spec.path), slice_leaf(buffer, spec)
 
     def structure(self) -> Any:
-        """The original tree with `jax.ShapeDtypeStruct` leaves (what selectors look at)."""
-        flat = {
-            s.path: jax.ShapeDtypeStruct(s.shape, self.layout.groups[s.group])
-            for s in self.layout.specs
-        }
-        return self.layout.treedef.unflatten([flat.get(p) for p in self.layout.all_paths])
+        """The original tree with `jax.ShapeDtypeStruct` leaves (what selectors look at).
+
+        Built once per layout: selectors read it on every traced `update`.
+        """
+        return self.layout.structure
 
     def replace(self, buffers: tuple) -> Packed:
         """The same layout with new buffers."""

@@ -104,6 +104,22 @@ def test_a_mask_inside_a_buffer_decays_only_the_selected_paths():
     np.testing.assert_array_equal(updates.unpack()["b"], [0.0, 0.0])
 
 
+def test_a_mask_over_many_leaves_of_odd_sizes_selects_exactly_their_elements():
+    # The selection is read from bits packed in 32-bit words: sizes that are not multiples
+    # of 32 put leaf boundaries inside words and a partial word at the end (a mask this
+    # large is read from words; small ones are constants).
+    sizes = [37, 70, 5, 1, 64, 33, 3, 1 << 16]
+    params = {f"p{i}": jnp.full((n,), i + 1.0) for i, n in enumerate(sizes)}
+    chosen = ["p0", "p2", "p3", "p5", "p7"]
+    tx = gradtx.add_decayed_weights(0.5, mask=chosen)
+    packed = gradtx.pack(params)
+    zeros = packed.replace(tuple(jnp.zeros_like(b) for b in packed.buffers))
+    updates, _ = jax.jit(tx.update)(zeros, tx.init(packed), packed)
+    for i, n in enumerate(sizes):
+        expected = 0.5 * (i + 1.0) if f"p{i}" in chosen else 0.0
+        np.testing.assert_array_equal(updates.unpack()[f"p{i}"], np.full(n, expected))
+
+
 def test_state_keys_and_checkpoints_are_shared_with_the_unpacked_model():
     params = _params()
     tx = gradtx.adam(1e-2, mu_dtype=jnp.float32)
