@@ -32,6 +32,10 @@ class ElementwiseTransform(Transformation):
         selected_paths(updates, params) -> set of paths to transform, or None for all
 
     State: `{slot: {path: array}}`; stateless transformations have `{}`.
+
+    `update_leaf` must be a pure function of the transformation and its arguments that
+    returns arrays: inside a trace, math of more than a few operations is traced once per
+    transformation and leaf signature and called for every leaf of that signature.
     """
 
     needs_params: ClassVar[bool] = False
@@ -124,4 +128,9 @@ def _traced_once(tx: ElementwiseTransform) -> Callable[..., tuple[Any, dict]]:
 
 
 def _signature(tree: Any) -> tuple:
+    """The dtypes of `tree`'s arrays and which are scalars.
+
+    That is what the size of one leaf's math depends on; a shape does not change it, so
+    leaves of every shape share one decision.
+    """
     return tuple((jnp.dtype(x.dtype), jnp.ndim(x) == 0) for x in jax.tree.leaves(tree))
