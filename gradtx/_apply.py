@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._dispatch import eager_dispatch
+from gradtx._lift import cast
 from gradtx._packed import check_same_layout
 from gradtx._paths import flatten, is_unit
 
@@ -86,5 +87,5 @@ def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
         p = jnp.asarray(p)
         with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
             dtype = jnp.promote_types(p.dtype, u.dtype)
-        out.append((p.astype(dtype) + u.astype(dtype)).astype(p.dtype))
+        out.append(cast(cast(p, dtype) + cast(u, dtype), p.dtype))
     return out

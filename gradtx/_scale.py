@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._lift import compute_dtype
+from gradtx._lift import cast, compute_dtype
 from gradtx._module import Module, hyperparam, static
 
 __all__ = [
@@ -23,7 +23,7 @@ ScalarOrSchedule = float | jnp.ndarray | Module | Callable[[Any], Any]
 
 
 def _scaled(g: Any, factor: Any) -> Any:
-    return (g.astype(compute_dtype(g)) * factor).astype(g.dtype)
+    return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
 
 
 def _is_schedule(value: Any) -> bool:
@@ -105,12 +105,22 @@ class ScaleByLearningRate(ElementwiseTransform):
         """A zero step count when the learning rate is a schedule."""
         return _count_slot(param) if self.state_keys() else {}
 
+    def update(
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
+        """`-lr * g` for every present path (`+lr * g` with `flip_sign=False`)."""
+        if self.flip_sign and not self.state_keys():
+            # A constant rate is negated once for the tree, not traced again for every leaf.
+            unsigned = self.replace(learning_rate=-self.learning_rate, flip_sign=False)
+            return unsigned.update(updates, state, params, **extra)
+        return super().update(updates, state, params, **extra)
+
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = -lr * g` (or `+lr * g` with `flip_sign=False`)."""
         sign = -1.0 if self.flip_sign else 1.0
         if self.state_keys():
             return _scheduled_leaf(self.learning_rate, sign, g, slots)
-        return _scaled(g, sign * self.learning_rate), {}
+        return _scaled(g, -self.learning_rate if self.flip_sign else self.learning_rate), {}
 
 
 def identity() -> Identity:

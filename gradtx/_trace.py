@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from gradtx._adam import _dtype_or_none
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import as_stored, compute_dtype, zeros_for
+from gradtx._lift import as_stored, cast, compute_dtype, zeros_for
 from gradtx._module import hyperparam, static
 
 __all__ = ["trace"]
@@ -31,10 +31,10 @@ class Trace(ElementwiseTransform):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`t = g + decay * t`; the update is `t`, or `g + decay * t` for Nesterov."""
         dtype = compute_dtype(g, slots["trace"])
-        grad, decay = g.astype(dtype), self.decay.astype(dtype)
-        new_trace = as_stored(grad + decay * slots["trace"].astype(dtype), slots["trace"])
+        grad, decay = cast(g, dtype), cast(self.decay, dtype)
+        new_trace = as_stored(grad + decay * cast(slots["trace"], dtype), slots["trace"])
         u = grad + decay * new_trace if self.nesterov else new_trace
-        return u.astype(g.dtype), {"trace": new_trace}
+        return cast(u, g.dtype), {"trace": new_trace}
 
 
 def trace(decay: float, nesterov: bool = False, *, accumulator_dtype: Any = None) -> Trace:

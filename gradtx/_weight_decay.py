@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype
+from gradtx._lift import cast, compute_dtype
 from gradtx._module import hyperparam, static
 from gradtx._selectors import as_selector, select
 
@@ -40,8 +40,8 @@ class AddDecayedWeights(ElementwiseTransform):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = g + weight_decay * param`."""
         dtype = compute_dtype(g, param)
-        u = g.astype(dtype) + self.weight_decay.astype(dtype) * param.astype(dtype)
-        return u.astype(g.dtype), {}
+        u = cast(g, dtype) + cast(self.weight_decay, dtype) * cast(param, dtype)
+        return cast(u, g.dtype), {}
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecayedWeights:

@@ -60,6 +60,29 @@ def test_small_math_stays_inline():
     assert not [e for e in eqns if e.primitive.name in ("jit", "pjit")]
 
 
+def test_sgd_traces_four_operations_per_leaf():
+    # Momentum (a multiply and an add), the learning rate and the parameter update; the
+    # constant rate is negated once for the tree, and casts that change nothing are skipped.
+    tx = gradtx.sgd(1e-2, momentum=0.9)
+    small, large = _top_level_eqns(tx, _params(2)), _top_level_eqns(tx, _params(12))
+    assert (len(large) - len(small)) / 20 == 4
+    assert [e.primitive.name for e in large].count("neg") == 1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("flip_sign", [True, False])
+def test_a_constant_learning_rate_is_applied_with_its_sign(dtype, flip_sign):
+    tx = gradtx.scale_by_learning_rate(0.5, flip_sign=flip_sign)
+    grads = {"a": jnp.asarray([1.0, -2.0], dtype), "b": jnp.asarray([4.0], dtype)}
+    updates, _ = jax.jit(tx.update)(grads, tx.init(grads))
+    sign = -1.0 if flip_sign else 1.0
+    for path in grads:
+        assert updates[path].dtype == dtype
+        np.testing.assert_array_equal(
+            np.asarray(updates[path], np.float32), sign * 0.5 * np.asarray(grads[path], np.float32)
+        )
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize(
     "make",
