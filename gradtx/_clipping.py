@@ -10,7 +10,7 @@ from jax import lax
 
 from gradtx._complex import is_complex, to_real
 from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import compute_dtype, map_updates, split_explicitly
+from gradtx._lift import cast, compute_dtype, map_updates, split_explicitly
 from gradtx._module import hyperparam
 from gradtx._packed import LARGE_LEAF, concatenate
 from gradtx._paths import flatten, is_unit
@@ -89,8 +89,8 @@ class Clip(ElementwiseTransform):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = clip(g, -max_delta, max_delta)`."""
-        limit = self.max_delta.astype(compute_dtype(g))
-        return jnp.clip(g.astype(limit.dtype), -limit, limit).astype(g.dtype), {}
+        limit = cast(self.max_delta, compute_dtype(g))
+        return cast(jnp.clip(cast(g, limit.dtype), -limit, limit), g.dtype), {}
 
 
 class ClipByGlobalNorm(ElementwiseTransform):
@@ -115,7 +115,7 @@ class ClipByGlobalNorm(ElementwiseTransform):
         factor = jnp.where(norm < self.max_norm, jnp.float32(1), self.max_norm / norm)
 
         def clipped(g: Any, _: Any) -> Any:
-            return (g.astype(compute_dtype(g)) * factor).astype(g.dtype)
+            return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
 
         new_updates = map_updates(clipped, updates, owner=self.name)
         return new_updates, {**state, "global_norm": norm}
