@@ -117,9 +117,8 @@ class ScaleByLearningRate(ElementwiseTransform):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = -lr * g` (or `+lr * g` with `flip_sign=False`)."""
-        sign = -1.0 if self.flip_sign else 1.0
         if self.state_keys():
-            return _scheduled_leaf(self.learning_rate, sign, g, slots)
+            return _scheduled_leaf(self.learning_rate, -1.0 if self.flip_sign else 1.0, g, slots)
         return _scaled(g, -self.learning_rate if self.flip_sign else self.learning_rate), {}
 
 
