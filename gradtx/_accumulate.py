@@ -13,6 +13,7 @@ from gradtx._describe import present_paths
 from gradtx._lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._module import field, static
 from gradtx._paths import flatten, is_unit
+from gradtx._step_counts import split_where_absent
 from gradtx._widening import is_narrow
 
 __all__ = ["Accumulate", "accumulate", "multi_steps"]
@@ -139,7 +140,9 @@ class Accumulate(Transformation):
         def wait(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
             return jax.tree.map(jnp.zeros_like, updates), acc, inner_state
 
-        new_updates, acc, inner_state = lax.cond(fire, step, wait, acc, state["inner"])
+        # Both branches return the layout a partial update gives the step counts.
+        inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        new_updates, acc, inner_state = lax.cond(fire, step, wait, acc, inner)
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),
             "acc": acc,

@@ -12,6 +12,7 @@ from jax import lax
 from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._describe import present_paths
 from gradtx._module import field, static
+from gradtx._step_counts import split_where_absent
 
 __all__ = [
     "ConditionallyMask",
@@ -98,7 +99,9 @@ class ConditionallyTransform(Transformation):
                 return jax.tree.map(jnp.zeros_like, updates), inner_state
             return updates, inner_state
 
-        new_updates, inner_state = lax.cond(active, run, skip, state["inner"])
+        # Both branches return the layout a partial update gives the step counts.
+        inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        new_updates, inner_state = lax.cond(active, run, skip, inner)
         return new_updates, {"step": safe_increment(state["step"]), "inner": inner_state}
 
 

@@ -42,6 +42,10 @@ class ElementwiseTransform(Transformation):
     # True when the math needs each leaf's own array (per-leaf norms, matrix shapes): packed
     # params are then processed leaf by leaf instead of buffer by buffer.
     per_leaf_structure: ClassVar[bool] = False
+    # Slots that count a path's updates: zero at `init_leaf`, one more per `update_leaf`. They
+    # are stored as `StepCounts` (one scalar shared by the paths that count alike), and the
+    # lifting helper advances them itself.
+    step_count_slots: ClassVar[tuple[str, ...]] = ("count", "schedule_count")
 
     def state_keys(self) -> tuple[str, ...]:
         """Names of the per-path slots this transformation keeps."""
@@ -73,7 +77,9 @@ class ElementwiseTransform(Transformation):
 
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""
-        return init_slots(params, self.init_leaf, self.state_keys())
+        keys = self.state_keys()
+        counts = [k for k in keys if k in self.step_count_slots]
+        return init_slots(params, self.init_leaf, keys, step_counts=counts)
 
     def update(
         self, updates: Any, state: dict, params: Any = None, **extra: Any

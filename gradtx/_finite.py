@@ -12,6 +12,7 @@ from gradtx._base import Transformation, as_transformation, check_state_keys
 from gradtx._conditional import safe_increment
 from gradtx._describe import present_paths
 from gradtx._module import field, static
+from gradtx._step_counts import split_where_absent
 
 __all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
 
@@ -61,14 +62,13 @@ class ApplyIfFinite(Transformation):
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
-        new_updates, new_inner = self.inner.update(updates, state["inner"], params, **extra)
+        old_inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
         finite = all_finite(updates) & all_finite(new_updates)
         count = jnp.where(finite, jnp.int32(0), safe_increment(state["notfinite_count"]))
         accept = finite | (count > jnp.int32(self.max_consecutive_errors))
         new_updates = jax.tree.map(lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates)
-        inner = jax.tree.map(
-            lambda new, old: jnp.where(accept, new, old), new_inner, state["inner"]
-        )
+        inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
         total = jnp.where(
             finite, state["total_notfinite"], safe_increment(state["total_notfinite"])
         )

@@ -27,6 +27,7 @@ from jax import lax
 from gradtx._complex import check_same_kind, from_real, is_complex, reject_complex_packed, to_real
 from gradtx._packed import LARGE_LEAF, Packed, check_same_layout, join_leaves, slice_leaf
 from gradtx._paths import flatten, is_unit
+from gradtx._step_counts import StepCounts
 
 __all__ = [
     "as_stored",
@@ -107,7 +108,11 @@ def _shape_dtype(x: Any) -> tuple[tuple, Any]:
 
 
 def init_slots(
-    params: Any, leaf_init: Callable[[Any], dict], names: Iterable[str], where=None
+    params: Any,
+    leaf_init: Callable[[Any], dict],
+    names: Iterable[str],
+    where=None,
+    step_counts: Iterable[str] = (),
 ) -> Slots:
     """Build slots `{name: {path: leaf_init(param)[name]}}` for the non-`None` leaves.
 
@@ -116,6 +121,10 @@ def init_slots(
         leaf_init: per-array initialiser returning `{slot_name: array}`.
         names: the slot names; every one exists in the result, even for an empty tree.
         where: optional set of paths; others get no slots.
+        step_counts: slots that count a path's updates (the same start for every path, one
+            more per update of the path): they are kept as `StepCounts`, one scalar shared
+            by all paths until a partial update makes them differ. Packed params keep a
+            count per buffer instead.
     """
     slots: Slots = {name: {} for name in names}
     paths, leaves, _ = flatten(params)
@@ -132,6 +141,10 @@ def init_slots(
             param = to_real(param)
         for name, value in leaf_init(param).items():
             slots[name][path] = value
+    for name in step_counts:
+        values = slots[name]
+        if not any(is_unit(v) for v in values.values()):
+            slots[name] = StepCounts.shared(values, next(iter(values.values()), None))
     return slots
 
 
@@ -200,11 +213,14 @@ def update_slots(
 
     Returns:
         The new updates (same structure as `updates`) and the new slots, in which only the
-        transformed paths changed; each slot keeps its dtype.
+        transformed paths changed; each slot keeps its dtype. A `StepCounts` slot advances
+        by one for the transformed paths, whatever `leaf_update` returned for it.
     """
     paths, leaves, treedef = flatten(updates)
     by_path = _params_by_path(params, owner, needs_params)
-    new_slots = {name: dict(values) for name, values in slots.items()}
+    counts = {name for name, values in slots.items() if isinstance(values, StepCounts)}
+    new_slots = {name: dict(values) for name, values in slots.items() if name not in counts}
+    advanced: set[str] = set()
     out = []
     for path, g in zip(paths, leaves):
         if g is None or (where is not None and path not in where and not is_unit(g)):
@@ -242,10 +258,13 @@ def update_slots(
         else:
             u, changed = leaf_update(g, leaf_slots, param)
         out.append(u)
+        advanced.add(path)
         for name, value in changed.items():
-            old = leaf_slots[name]
-            new_slots[name][path] = cast(value, old.dtype)
-    return treedef.unflatten(out), new_slots
+            if name not in counts:
+                new_slots[name][path] = cast(value, leaf_slots[name].dtype)
+    for name in counts:
+        new_slots[name] = slots[name].advanced(advanced)
+    return treedef.unflatten(out), {name: new_slots[name] for name in slots}
 
 
 def map_updates(

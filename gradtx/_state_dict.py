@@ -11,6 +11,7 @@ import numpy as np
 
 from gradtx._packed import Packed, join_leaves
 from gradtx._paths import flatten, is_unit
+from gradtx._step_counts import StepCounts, group_counts
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
 
@@ -126,6 +127,8 @@ def _merge_unit(
     path: str, template: Any, flat: dict[str, Any], missing: list, mismatched: dict
 ) -> Any:
     """Assemble a packed state's buffers from per-path entries (template where absent)."""
+    if isinstance(template, StepCounts):
+        return _merge_counts(path, template, flat, missing, mismatched)
     if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
         return template
     by_group: list[list] = [[] for _ in template.buffers]
@@ -157,6 +160,23 @@ def _merge_unit(
             parts = [v for _, v in entries]
             buffers.append(join_leaves(parts, np.shape(old)) if parts else old)
     return template.replace(tuple(buffers))
+
+
+def _merge_counts(
+    path: str, template: StepCounts, flat: dict[str, Any], missing: list, mismatched: dict
+) -> StepCounts:
+    """Per-path step counts from their entries, paths with equal loaded counts sharing one."""
+    by_path = {}
+    for (key, default), name in zip(template.items(path), template):
+        if key not in flat:
+            missing.append(key)
+            by_path[name] = default
+        elif _signature(flat[key]) != _signature(default):
+            mismatched[key] = (_signature(flat[key]), _signature(default))
+            by_path[name] = default
+        else:
+            by_path[name] = jnp.asarray(flat[key])
+    return group_counts(by_path)
 
 
 def load_state_dict(

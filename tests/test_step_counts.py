@@ -1,0 +1,176 @@
+"""Per-path step counts are stored as one scalar while all paths count alike."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from registry import REGISTRY
+
+import gradtx
+from gradtx._elementwise import ElementwiseTransform
+from gradtx._step_counts import StepCounts
+
+
+def _params(n: int = 6) -> dict:
+    return {f"w{i}": jnp.full((3,), 0.1 * (i + 1)) for i in range(n)}
+
+
+def _grads(params: dict, scale: float = 1.0) -> dict:
+    return jax.tree.map(lambda p: scale * jnp.cos(p), params)
+
+
+def test_full_updates_keep_one_count_for_all_paths():
+    tx = gradtx.chain(
+        gradtx.clip_by_global_norm(1.0),
+        gradtx.adamw(gradtx.schedules.warmup_cosine_decay(0.0, 0.1, 2, 10)),
+    )
+    params = _params(50)
+    state = tx.init(params)
+    step = jax.jit(lambda s, g: tx.update(g, s, params))
+    for i in range(3):
+        _, state = step(state, _grads(params, i + 1.0))
+    counts = state["adamw"]["count"]
+    assert isinstance(counts, StepCounts)
+    assert len(jax.tree.leaves(counts)) == 1
+    assert len(jax.tree.leaves(state["adamw"]["schedule_count"])) == 1
+    assert {int(v) for v in counts.values()} == {3}
+    assert sorted(counts) == sorted(params)
+    assert int(counts["w7"]) == 3 and "w7" in counts and "nope" not in counts
+
+
+def test_the_compiled_step_carries_one_count():
+    tx = gradtx.adam(0.1)
+    params = _params(40)
+    state = tx.init(params)
+    hlo = jax.jit(tx.update).lower(_grads(params), state).as_text()
+    assert hlo.count("tensor<i32>") >= 1
+    # 40 leaves: one int32 scalar in, one out (plus nothing per leaf).
+    entry = hlo[hlo.index("func.func public @main") :].split("\n", 1)[0]
+    assert entry.count("tensor<i32>") == 2
+
+
+def test_a_partial_update_counts_per_path_from_then_on():
+    tx = gradtx.adam(0.1)
+    params = _params(4)
+    state = tx.init(params)
+    traces = []
+
+    @jax.jit
+    def step(state, grads):
+        traces.append(None)
+        return tx.update(grads, state, params)
+
+    partial = {**_grads(params), "w1": None, "w3": None}
+    _, state = step(state, _grads(params))
+    _, state = step(state, partial)
+    counts = state["count"]
+    assert {p: int(c) for p, c in counts.items()} == {"w0": 2, "w1": 1, "w2": 2, "w3": 1}
+    assert len(jax.tree.leaves(counts)) == 4
+    # From now on the layout stays: any pattern of updates reuses the compiled step.
+    _, state = step(state, partial)
+    _, state = step(state, {**_grads(params), "w0": None})
+    _, state = step(state, _grads(params))
+    # Three patterns of gradients, each traced once with per-path counts; the first two
+    # were traced with shared counts before.
+    assert len(traces) == 5
+    assert {p: int(c) for p, c in state["count"].items()} == {
+        "w0": 4,
+        "w1": 3,
+        "w2": 5,
+        "w3": 3,
+    }
+
+
+def test_a_partial_update_equals_separate_optimizers():
+    tx = gradtx.adam(0.1)
+    params = _params(4)
+    first = {k: params[k] for k in ("w0", "w1")}
+    second = {k: params[k] for k in ("w2", "w3")}
+    joint, a, b = tx.init(params), tx.init(first), tx.init(second)
+    for i in range(4):
+        g = _grads(params, 1.0 + i)
+        if i % 2:
+            part = {k: (g[k] if k in second else None) for k in g}
+            _, b = tx.update({k: g[k] for k in second}, b)
+        else:
+            part = {k: (g[k] if k in first else None) for k in g}
+            _, a = tx.update({k: g[k] for k in first}, a)
+        _, joint = tx.update(part, joint)
+    separate = {**gradtx.state_dict(a), **gradtx.state_dict(b)}
+    together = gradtx.state_dict(joint)
+    assert sorted(separate) == sorted(together)
+    for key, value in separate.items():
+        np.testing.assert_array_equal(together[key], value, err_msg=key)
+
+
+def test_a_checkpoint_groups_equal_counts():
+    tx = gradtx.adam(0.1)
+    params = _params(4)
+    flat = gradtx.state_dict(tx.init(params))
+    flat.update({"count/w0": np.int32(2), "count/w1": np.int32(5), "count/w2": np.int32(2)})
+    state, report = gradtx.load_state_dict(tx, params, flat)
+    assert report.clean
+    counts = state["count"]
+    assert counts.layout.groups == (("w0", "w2"), ("w1",), ("w3",))
+    assert {p: int(c) for p, c in counts.items()} == {"w0": 2, "w1": 5, "w2": 2, "w3": 0}
+    assert gradtx.state_dict(state)["count/w1"] == 5
+
+
+def test_skipped_steps_keep_the_layout_of_a_partial_update():
+    params = _params(3)
+    partial = {**_grads(params), "w2": None}
+    for tx in (
+        gradtx.apply_if_finite(gradtx.adam(0.1), 2),
+        gradtx.conditionally_mask(gradtx.adam(0.1), lambda step: step % 2 == 1),
+        gradtx.accumulate(gradtx.adam(0.1), 2),
+    ):
+        state = tx.init(params)
+        step = jax.jit(tx.update)
+        for _ in range(3):
+            _, state = step(partial, state)
+        leaves = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, StepCounts))
+        counts = [x for x in leaves if isinstance(x, StepCounts)]
+        assert counts and all(int(c["w2"]) == 0 for c in counts), type(tx).__name__
+
+
+def test_abstract_init_has_the_layout_of_init():
+    tx = gradtx.adamw(gradtx.schedules.cosine_decay(0.1, 10))
+    params = _params(5)
+    assert jax.tree.structure(jax.eval_shape(tx.init, params)) == jax.tree.structure(
+        tx.init(params)
+    )
+    assert jax.tree.structure(jax.jit(tx.init)(params)) == jax.tree.structure(tx.init(params))
+
+
+def _elementwise_with_counts(tx) -> list[ElementwiseTransform]:
+    found = jax.tree.leaves(tx, is_leaf=lambda x: isinstance(x, ElementwiseTransform))
+    return [
+        x
+        for x in found
+        if isinstance(x, ElementwiseTransform)
+        and set(x.state_keys()) & set(x.step_count_slots)
+        and type(x).init is ElementwiseTransform.init
+    ]
+
+
+_COUNTING = {
+    type(x).__name__: x for entry in REGISTRY for x in _elementwise_with_counts(entry.make(0.1))
+}
+
+
+@pytest.mark.parametrize("name", sorted(_COUNTING))
+def test_step_count_slots_start_at_zero_and_advance_by_one(name):
+    # The lifting helper advances these slots itself, so the per-array math must agree.
+    tx = _COUNTING[name]
+    param = jnp.linspace(0.5, 1.5, 12).reshape(3, 4)
+    slots = tx.init_leaf(param)
+    counts = [k for k in tx.state_keys() if k in tx.step_count_slots]
+    for key in counts:
+        assert slots[key].shape == () and slots[key].dtype == jnp.int32
+        assert int(slots[key]) == 0
+        slots[key] = jnp.int32(7)
+    _, changed = tx.update_leaf(jnp.cos(param), slots, param)
+    for key in counts:
+        assert int(changed[key]) == 8, key
