@@ -31,7 +31,8 @@ class ElementwiseTransform(Transformation):
         update_leaf(g, slots, param) -> (update, {slot: new array})
         selected_paths(updates, params) -> set of paths to transform, or None for all
 
-    State: `{slot: {path: array}}`; stateless transformations have `{}`.
+    State: `{slot: {path: array}}`; stateless transformations have `{}`. The slots named in
+    `step_count_slots` are `StepCounts` mappings instead, advanced by the lifting helper.
 
     `update_leaf` must be a pure function of the transformation and its arguments that
     returns arrays: inside a trace, math of more than a few operations is traced once per
