@@ -144,19 +144,24 @@ def test_abstract_init_has_the_layout_of_init():
     assert jax.tree.structure(jax.jit(tx.init)(params)) == jax.tree.structure(tx.init(params))
 
 
-def _elementwise_with_counts(tx) -> list[ElementwiseTransform]:
+_PARAM = jnp.linspace(0.5, 1.5, 12).reshape(3, 4)
+
+
+def _with_shared_counts(tx) -> list[ElementwiseTransform]:
+    """The per-array transformations in `tx` whose state keeps `StepCounts`."""
     found = jax.tree.leaves(tx, is_leaf=lambda x: isinstance(x, ElementwiseTransform))
-    return [
-        x
-        for x in found
-        if isinstance(x, ElementwiseTransform)
-        and set(x.state_keys()) & set(x.step_count_slots)
-        and type(x).init is ElementwiseTransform.init
-    ]
+    out = []
+    for x in found:
+        if not isinstance(x, ElementwiseTransform):
+            continue
+        state = x.init({"w": _PARAM})
+        if isinstance(state, dict) and any(isinstance(v, StepCounts) for v in state.values()):
+            out.append(x)
+    return out
 
 
 _COUNTING = {
-    type(x).__name__: x for entry in REGISTRY for x in _elementwise_with_counts(entry.make(0.1))
+    type(x).__name__: x for entry in REGISTRY for x in _with_shared_counts(entry.make(0.1))
 }
 
 
@@ -164,7 +169,7 @@ _COUNTING = {
 def test_step_count_slots_start_at_zero_and_advance_by_one(name):
     # The lifting helper advances these slots itself, so the per-array math must agree.
     tx = _COUNTING[name]
-    param = jnp.linspace(0.5, 1.5, 12).reshape(3, 4)
+    param = _PARAM
     slots = tx.init_leaf(param)
     counts = [k for k in tx.state_keys() if k in tx.step_count_slots]
     for key in counts:
