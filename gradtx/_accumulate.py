@@ -141,7 +141,7 @@ class Accumulate(Transformation):
             return jax.tree.map(jnp.zeros_like, updates), acc, inner_state
 
         # Both branches return the layout a partial update gives the step counts.
-        inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        inner = split_where_absent(state["inner"], updates)
         new_updates, acc, inner_state = lax.cond(fire, step, wait, acc, inner)
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),

@@ -100,7 +100,7 @@ class ConditionallyTransform(Transformation):
             return updates, inner_state
 
         # Both branches return the layout a partial update gives the step counts.
-        inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        inner = split_where_absent(state["inner"], updates)
         new_updates, inner_state = lax.cond(active, run, skip, inner)
         return new_updates, {"step": safe_increment(state["step"]), "inner": inner_state}
 

@@ -62,7 +62,7 @@ class ApplyIfFinite(Transformation):
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
-        old_inner = split_where_absent(state["inner"], frozenset(present_paths(updates)))
+        old_inner = split_where_absent(state["inner"], updates)
         new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
         finite = all_finite(updates) & all_finite(new_updates)
         count = jnp.where(finite, jnp.int32(0), safe_increment(state["notfinite_count"]))

@@ -99,6 +99,18 @@ def _signature(x: Any) -> tuple[tuple[int, ...], str]:
     return tuple(np.shape(x)), str(jnp.result_type(x))
 
 
+def _take(key: str, default: Any, flat: dict[str, Any], missing: list, mismatched: dict) -> Any:
+    """The loaded entry `key`, or `default` (reported missing or changed) when it does not fit."""
+    if key not in flat:
+        missing.append(key)
+        return default
+    if _signature(flat[key]) != _signature(default):
+        mismatched[key] = (_signature(flat[key]), _signature(default))
+        return default
+    value = flat[key]
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
 def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
     paths, leaves, treedef = flatten(template)
     expected = {p for p, x in zip(paths, leaves) if x is not None and not is_unit(x)}
@@ -109,15 +121,8 @@ def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
             out.append(_merge_unit(_unit_prefix(path), leaf, flat, missing, mismatched))
         elif leaf is None:
             out.append(None)
-        elif path not in flat:
-            missing.append(path)
-            out.append(leaf)
-        elif _signature(flat[path]) != _signature(leaf):
-            mismatched[path] = (_signature(flat[path]), _signature(leaf))
-            out.append(leaf)
         else:
-            value = flat[path]
-            out.append(value if isinstance(value, jax.Array) else jnp.asarray(value))
+            out.append(_take(path, leaf, flat, missing, mismatched))
     unexpected = tuple(k for k in flat if k not in expected)
     report = LoadReport(tuple(missing), unexpected, mismatched)
     return treedef.unflatten(out), report
@@ -133,15 +138,7 @@ def _merge_unit(
         return template
     by_group: list[list] = [[] for _ in template.buffers]
     for spec, (key, default) in zip(template.layout.specs, template.items(path)):
-        if key not in flat:
-            missing.append(key)
-            value = default
-        elif _signature(flat[key]) != _signature(default):
-            mismatched[key] = (_signature(flat[key]), _signature(default))
-            value = default
-        else:
-            value = jnp.asarray(flat[key])
-        by_group[spec.group].append((key, value))
+        by_group[spec.group].append((key, _take(key, default, flat, missing, mismatched)))
     buffers = []
     for group, entries in enumerate(by_group):
         old = template.buffers[group]
@@ -166,17 +163,12 @@ def _merge_counts(
     path: str, template: StepCounts, flat: dict[str, Any], missing: list, mismatched: dict
 ) -> StepCounts:
     """Per-path step counts from their entries, paths with equal loaded counts sharing one."""
-    by_path = {}
-    for (key, default), name in zip(template.items(path), template):
-        if key not in flat:
-            missing.append(key)
-            by_path[name] = default
-        elif _signature(flat[key]) != _signature(default):
-            mismatched[key] = (_signature(flat[key]), _signature(default))
-            by_path[name] = default
-        else:
-            by_path[name] = jnp.asarray(flat[key])
-    return group_counts(by_path)
+    return group_counts(
+        {
+            name: _take(key, default, flat, missing, mismatched)
+            for (key, default), name in zip(template.items(path), template)
+        }
+    )
 
 
 def load_state_dict(

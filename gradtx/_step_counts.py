@@ -21,36 +21,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._subset import present_paths
+
 __all__ = ["StepCounts", "group_counts", "split_where_absent"]
 
 
 class CountLayout:
-    """Which paths share which count: `groups[i]` holds the paths of the i-th value."""
+    """Which paths share which count: `groups[i]` holds the paths of the i-th value.
+
+    `order` is the paths' tree order, the order in which they are listed.
+    """
 
     __slots__ = ("_hash", "groups", "index", "order")
 
-    def __init__(self, groups: tuple[tuple[str, ...], ...]) -> None:
+    def __init__(self, groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> None:
         self.groups = groups
+        self.order = order
         self.index = {path: i for i, paths in enumerate(groups) for path in paths}
-        self.order = tuple(sorted(self.index, key=_first_seen(groups)))
-        self._hash = hash(groups)
+        self._hash = hash((groups, order))
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, CountLayout) and self.groups == other.groups)
+        return self is other or (
+            isinstance(other, CountLayout)
+            and self.groups == other.groups
+            and self.order == other.order
+        )
 
     def __repr__(self) -> str:
-        return f"CountLayout({len(self.index)} paths in {len(self.groups)} groups)"
-
-
-def _first_seen(groups: tuple[tuple[str, ...], ...]) -> Any:
-    rank = {}
-    for paths in groups:
-        for path in paths:
-            rank.setdefault(path, len(rank))
-    return rank.__getitem__
+        return f"CountLayout({len(self.order)} paths in {len(self.groups)} groups)"
 
 
 # JAX compares a pytree's static data on every jitted call; one live layout per grouping
@@ -58,8 +59,8 @@ def _first_seen(groups: tuple[tuple[str, ...], ...]) -> Any:
 _LAYOUTS: dict[CountLayout, CountLayout] = {}
 
 
-def _layout(groups: tuple[tuple[str, ...], ...]) -> CountLayout:
-    layout = CountLayout(groups)
+def _layout(groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> CountLayout:
+    layout = CountLayout(groups, order)
     if len(_LAYOUTS) > 1024:
         _LAYOUTS.clear()
     return _LAYOUTS.setdefault(layout, layout)
@@ -84,7 +85,7 @@ class StepCounts(Mapping):
     def shared(cls, paths: Iterable[str], value: Any) -> StepCounts:
         """One count `value` shared by all `paths`."""
         paths = tuple(paths)
-        return cls(_layout((paths,) if paths else ()), (value,) if paths else ())
+        return cls(_layout((paths,) if paths else (), paths), (value,) if paths else ())
 
     def __getitem__(self, path: str) -> Any:
         return self.scalars[self.layout.index[path]]
@@ -131,14 +132,15 @@ class StepCounts(Mapping):
         if len(self.layout.groups) == len(self.layout.order):
             return self
         order = self.layout.order
-        return StepCounts(_layout(tuple((p,) for p in order)), [self[p] for p in order])
+        return StepCounts(_layout(tuple((p,) for p in order), order), [self[p] for p in order])
 
 
-def split_where_absent(state: Any, present: set[str] | frozenset[str]) -> Any:
-    """`state` with the `StepCounts` that an update of `present` paths splits made per path.
+def split_where_absent(state: Any, updates: Any) -> Any:
+    """`state` with the `StepCounts` that an update with `updates` splits made per path.
 
     Both branches of a `lax.cond` around an update then return the same layout.
     """
+    present = frozenset(present_paths(updates))
 
     def split(x: Any) -> Any:
         if isinstance(x, StepCounts) and any(p not in present for p in x.layout.index):
@@ -179,5 +181,5 @@ def group_counts(by_path: dict[str, Any]) -> StepCounts:
             key = ("value", np.asarray(value).item(), str(jnp.result_type(value)))
         groups.setdefault(key, []).append(path)
         values.setdefault(key, value)
-    layout = _layout(tuple(tuple(paths) for paths in groups.values()))
+    layout = _layout(tuple(tuple(paths) for paths in groups.values()), tuple(by_path))
     return StepCounts(layout, [values[key] for key in groups])

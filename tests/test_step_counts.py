@@ -114,6 +114,7 @@ def test_a_checkpoint_groups_equal_counts():
     assert report.clean
     counts = state["count"]
     assert counts.layout.groups == (("w0", "w2"), ("w1",), ("w3",))
+    assert list(counts) == ["w0", "w1", "w2", "w3"]  # tree order, whatever the grouping
     assert {p: int(c) for p, c in counts.items()} == {"w0": 2, "w1": 5, "w2": 2, "w3": 0}
     assert gradtx.state_dict(state)["count/w1"] == 5
 
