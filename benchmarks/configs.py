@@ -90,8 +90,10 @@ def configs() -> list[Config]:
         return optax.lion(1e-4, b1=f32(0.9), b2=f32(0.99), mu_dtype=w.state_dtype)
 
     # Two parameter groups, each Adam with its own injected learning rate (biases 3x faster).
+    # optax keeps the np.float32 b1 and b2 static (baked into its kernels); gradtx is told to
+    # do the same, so both inject the same hyperparameters (learning_rate, eps, eps_root).
     def g_groups(w):
-        adam = gradtx.inject_hyperparams(gradtx.adam)
+        adam = gradtx.inject_hyperparams(gradtx.adam, static_args=("b1", "b2"))
         kw = {"mu_dtype": w.state_dtype, "nu_dtype": w.state_dtype}
         return gradtx.partition(
             {"weights": adam(1e-3, **kw), "biases": adam(3e-3, **kw)},

@@ -77,3 +77,23 @@ def test_layout_experiment_runs_and_layouts_agree(tmp_path):
     # Bucketed state: a flat buffer per moment, so far fewer outputs than leaves x 3.
     by_name = {r["layout"]: r for r in rows}
     assert by_name["bucketed"]["outputs"] < by_name["per-leaf, shared count"]["outputs"]
+
+
+def test_partition_config_injects_the_same_hyperparameters_in_both_libraries(monkeypatch):
+    """The per-group configuration compares like with like: each group's Adam keeps the same
+    hyperparameters in its state in gradtx and in optax (b1 and b2 are static in both), so
+    neither library's kernels read more runtime scalars than the other's."""
+    import gradtx
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import configs, workloads
+
+    workload = workloads.many_leaves(4)
+    (config,) = [c for c in configs.configs() if c.name == "per-group lr (partition)"]
+    params = workload.params()
+    ours = gradtx.hyperparams(config.gradtx(workload).init(params))
+    theirs = config.optax(workload).init(params).inner_states
+    injected = {"learning_rate", "eps", "eps_root"}
+    for group in ("weights", "biases"):
+        names = {k.split("/", 1)[1] for k in ours if k.startswith(group + "/")}
+        assert names == set(theirs[group].inner_state.hyperparams) == injected
