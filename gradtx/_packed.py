@@ -436,8 +436,10 @@ def _concat(parts: list, shape: tuple[int, ...]) -> Any:
 def concatenate(flat: list) -> Any:
     """One buffer from 1-D pieces, concatenated in chunks of 64.
 
-    XLA's CPU concatenation of thousands of operands ran 2x slower than nested chunks
-    (2000 leaves, 4.1M floats: 11.0 ms against 5.4 ms).
+    Outside `jit` (`pack` in a notebook), one concatenation of 2000 operands compiles a
+    program of its own: 1.0 s against 0.12 s for the chunks, whose 64-operand programs are
+    reused. Inside `jit`, XLA merges the chunks into one concatenation again, so the compiled
+    step is the same either way.
     """
     chunks = [jnp.concatenate(flat[i : i + 64]) for i in range(0, len(flat), 64)]
     return chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks)
