@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._packed import join_path
 from gradtx._subset import present_paths
 
 __all__ = ["StepCounts", "group_counts", "split_where_absent"]
@@ -104,13 +105,13 @@ class StepCounts(Mapping):
 
     def paths(self, prefix: str = "") -> list[str]:
         """The paths it counts for, as state keys under `prefix`."""
-        return [_key(prefix, path) for path in self.layout.order]
+        return [join_path(prefix, path) for path in self.layout.order]
 
     def items(self, prefix: str | None = None) -> Any:  # type: ignore[override]
         """`(path, count)` pairs; with `prefix`, the paths are state keys under it."""
         if prefix is None:
             return super().items()
-        return iter([(_key(prefix, path), self[path]) for path in self.layout.order])
+        return iter([(join_path(prefix, path), self[path]) for path in self.layout.order])
 
     def advanced(self, present: set[str] | frozenset[str]) -> StepCounts:
         """The counts after an update of the `present` paths: theirs are one more.
@@ -152,10 +153,6 @@ def split_where_absent(state: Any, updates: Any) -> Any:
 
 def _plus_one(count: Any) -> Any:
     return count + jnp.asarray(1, count.dtype)
-
-
-def _key(prefix: str, path: str) -> str:
-    return f"{prefix}/{path}" if prefix else path
 
 
 jax.tree_util.register_pytree_node(
