@@ -97,3 +97,18 @@ def test_partition_config_injects_the_same_hyperparameters_in_both_libraries(mon
     for group in ("weights", "biases"):
         names = {k.split("/", 1)[1] for k in ours if k.startswith(group + "/")}
         assert names == set(theirs[group].inner_state.hyperparams) == injected
+
+
+def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
+    """The clipped chain's bound is its own: Adam's bytes plus one more read of the gradient
+    (the global norm needs every gradient before any update is written), in float32 and with
+    bf16 params and float32 state."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import configs
+
+    by_name = {c.name: c for c in configs.configs()}
+    adam = by_name["adam"].bytes_per_param
+    for name in ("clip+adamw(cosine, mask)", "clip+adamw, bucketed state"):
+        clipped = by_name[name].bytes_per_param
+        assert clipped(4, 4) == adam(4, 4) + 4 == 32
+        assert clipped(2, 4) == adam(2, 4) + 2 == 24
