@@ -221,6 +221,8 @@ def run(
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "backend": jax.default_backend(),
+        # XLA's flags change the compiled programs (multi-output fusion, say): keep them.
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "rounds": rounds,
         "reps_per_round": reps,
         "results": results,
@@ -287,6 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
         "'don' = donated jitted step, 'xB' = x the bandwidth bound, 'cmp' = compile s, "
         "'eag' = un-jitted step ms"
     )
+    if os.environ.get("XLA_FLAGS"):
+        print(f"XLA_FLAGS={os.environ['XLA_FLAGS']}")
     print(HEADER)
     report = run(workloads, reps, eager_reps, rounds, args.config)
     print(f"streaming bandwidth: {report['bandwidth_gb_s']:.1f} GB/s")
