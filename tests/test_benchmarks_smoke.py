@@ -9,6 +9,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _run_json(module: str, args: list[str], out: Path) -> list[dict]:
+    """Run `python -m module *args --out out` from the repository root; the rows it wrote."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args, "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 def test_benchmark_smoke_run(tmp_path):
     out = tmp_path / "smoke.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -52,18 +66,8 @@ def test_benchmark_smoke_run(tmp_path):
 def test_layout_experiment_runs_and_layouts_agree(tmp_path):
     """The layout experiment quoted on the performance page keeps running, and its layouts
     compute the same Adam step (the bucketed one from a flat buffer and runtime offsets)."""
-    out = tmp_path / "layouts.json"
-    args = ["--leaves", "8", "--reps", "2", "--static", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.layouts", *args],
-        cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
+    args = ["--leaves", "8", "--reps", "2", "--static"]
+    rows = _run_json("benchmarks.layouts", args, tmp_path / "layouts.json")
     assert [r["layout"] for r in rows] == [
         "per-leaf, shared count",
         "per-leaf, count per path",
@@ -112,3 +116,15 @@ def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
         clipped = by_name[name].bytes_per_param
         assert clipped(4, 4) == adam(4, 4) + 4 == 32
         assert clipped(2, 4) == adam(2, 4) + 2 == 24
+
+
+def test_moments_experiment_runs_and_layouts_agree(tmp_path):
+    """The two layouts of Adam's moments quoted on the performance page take the same steps
+    (up to rounding: XLA may order a multiply-add differently), for float32 and bf16 params."""
+    args = ["--size", "1000", "--width", "16", "--vocab", "32", "--reps", "2", "--rounds", "2"]
+    rows = _run_json("benchmarks.moments", args, tmp_path / "moments.json")
+    cases = ["one big leaf", "transformer-like", "transformer-like, bf16 params"]
+    assert [r["case"] for r in rows] == cases
+    for row in rows:
+        assert row["max_abs_diff"] <= 1e-6, row["case"]
+        assert row["two arrays ms"] > 0 and row["one (..., 2) array ms"] > 0
