@@ -78,8 +78,9 @@ class Contender:
 
     The blocks of the two libraries alternate (and which goes first alternates by round), so
     that drift of the machine (other load, memory state) hits both alike. So do the compiles:
-    each starts from cleared caches, as in a fresh process, and a fast compile is repeated
-    (see `run`) so that its median, not one noisy sample, is reported.
+    each starts from cleared caches, as in a fresh process (unless `fresh` is off, as in the
+    smoke run), and a fast compile is repeated (see `run`) so that its median, not one noisy
+    sample, is reported.
     """
 
     def __init__(
