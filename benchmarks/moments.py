@@ -143,13 +143,14 @@ def measure(shapes: dict, dtype: str, reps: int, rounds: int) -> dict:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=32 * 1024 * 1024, help="the big leaf")
+    parser.add_argument("--layers", type=int, default=12, help="the transformer-like tree's")
     parser.add_argument("--width", type=int, default=384, help="the transformer-like tree's")
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    tree = transformer_shapes(width=args.width, vocab=args.vocab)
+    tree = transformer_shapes(args.layers, args.width, args.vocab)
     cases = [
         ("one big leaf", {"w": (args.size,)}, "float32"),
         ("transformer-like", tree, "float32"),

@@ -1,11 +1,43 @@
-"""Strict settings for every test (dtype and rank promotion must be explicit), and a bound on
-the compiled programs one test process holds."""
+"""Strict settings for every test (dtype and rank promotion must be explicit), one compilation
+cache shared by the run's processes, and a bound on the compiled programs one process holds."""
+
+import os
+import shutil
+import tempfile
 
 import jax
 import pytest
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+# --- one compilation cache for the whole run ------------------------------------------------------
+# The suite compiles thousands of small programs, most of them more than once: in each of the
+# test processes (pytest-xdist), and again after `_release_compiled_programs` drops JAX's
+# caches. JAX's persistent compilation cache, in a directory that lives as long as the run,
+# turns those repeats into reads (a third less test time). The first process (the xdist
+# controller, or a serial run) makes the directory, its workers inherit it through the
+# environment, and it is removed at the end. Programs compiled by the code under test are the
+# same either way; a cache entry that cannot be read is compiled again (pyproject's warning
+# filters let that pass instead of failing the test).
+_CACHE_DIR_ENV = "GRADTX_TEST_COMPILATION_CACHE"
+_owned_cache_dir: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _CACHE_DIR_ENV not in os.environ:
+        os.environ[_CACHE_DIR_ENV] = tempfile.mkdtemp(prefix="gradtx-tests-xla-")
+        _owned_cache_dir.append(os.environ[_CACHE_DIR_ENV])
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_DIR_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _owned_cache_dir:
+        shutil.rmtree(path, ignore_errors=True)
+        del os.environ[_CACHE_DIR_ENV]
 
 
 # --- compiled programs ---------------------------------------------------------------------------

@@ -121,7 +121,8 @@ def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
 def test_moments_experiment_runs_and_layouts_agree(tmp_path):
     """The two layouts of Adam's moments quoted on the performance page take the same steps
     (up to rounding: XLA may order a multiply-add differently), for float32 and bf16 params."""
-    args = ["--size", "1000", "--width", "16", "--vocab", "32", "--reps", "2", "--rounds", "2"]
+    args = ["--size", "1000", "--layers", "2", "--width", "16", "--vocab", "32"]
+    args += ["--reps", "2", "--rounds", "2"]
     rows = _run_json("benchmarks.moments", args, tmp_path / "moments.json")
     cases = ["one big leaf", "transformer-like", "transformer-like, bf16 params"]
     assert [r["case"] for r in rows] == cases
