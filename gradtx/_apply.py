@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from gradtx._dispatch import eager_dispatch
 from gradtx._lift import cast
@@ -80,12 +82,21 @@ def apply_updates(params: Any, updates: Any) -> Any:
     return treedef.unflatten(out)
 
 
+@functools.cache
+def _sum_dtype(param: Any, update: Any) -> Any:
+    with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
+        return jnp.promote_types(param, update)
+
+
 @eager_dispatch
 def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
+    # `lax.add` of two arrays cast to one dtype is what `+` would bind; `+` itself (a jitted
+    # `jnp.add`) cost 85 us of tracing per leaf against 13, on every trace of a step.
     out = []
     for p, u in pairs:
-        p = jnp.asarray(p)
-        with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
-            dtype = jnp.promote_types(p.dtype, u.dtype)
-        out.append(cast(cast(p, dtype) + cast(u, dtype), p.dtype))
+        p = p if isinstance(p, jax.Array) else jnp.asarray(p)
+        dtype = _sum_dtype(p.dtype, u.dtype)
+        p_, u_ = cast(p, dtype), cast(u, dtype)
+        total = lax.add(p_, u_) if p_.shape == u_.shape else p_ + u_  # a shared scalar
+        out.append(cast(total, p.dtype))
     return out
