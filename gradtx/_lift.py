@@ -16,6 +16,7 @@ shape (per-leaf norms, matrices) says so with `per_leaf=True` and runs leaf by l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,11 +49,17 @@ def compute_dtype(*arrays: Any) -> Any:
 
     Hyperparameters are float32, so `b2 = 0.999` never rounds to 1 for bfloat16 params.
     """
+    return _widest(tuple(a.dtype for a in arrays))
+
+
+@functools.cache
+def _widest(dtypes: tuple) -> Any:
+    # Cached: entering the promotion context costs microseconds, once per leaf on each trace.
     dtype = jnp.float32
     # The dtypes are combined on purpose, so this must not fail under strict promotion.
     with jax.numpy_dtype_promotion("standard"):
-        for a in arrays:
-            dtype = jnp.promote_types(dtype, a.dtype)
+        for d in dtypes:
+            dtype = jnp.promote_types(dtype, d)
     return dtype
 
 
