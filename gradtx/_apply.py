@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -10,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from gradtx._dispatch import eager_dispatch
-from gradtx._lift import cast
+from gradtx._lift import cast, promoted
 from gradtx._packed import check_same_layout
 from gradtx._paths import flatten, is_unit
 
@@ -82,12 +81,6 @@ def apply_updates(params: Any, updates: Any) -> Any:
     return treedef.unflatten(out)
 
 
-@functools.cache
-def _sum_dtype(param: Any, update: Any) -> Any:
-    with jax.numpy_dtype_promotion("standard"):  # explicit: add in the wider dtype
-        return jnp.promote_types(param, update)
-
-
 @eager_dispatch
 def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
     # `lax.add` of two arrays cast to one dtype is what `+` would bind; `+` itself (a jitted
@@ -95,7 +88,7 @@ def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
     out = []
     for p, u in pairs:
         p = p if isinstance(p, jax.Array) else jnp.asarray(p)
-        dtype = _sum_dtype(p.dtype, u.dtype)
+        dtype = promoted(p.dtype, u.dtype)  # explicit: add in the wider dtype
         p_, u_ = cast(p, dtype), cast(u, dtype)
         total = lax.add(p_, u_) if p_.shape == u_.shape else p_ + u_  # a shared scalar
         out.append(cast(total, p.dtype))

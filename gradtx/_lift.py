@@ -49,18 +49,18 @@ def compute_dtype(*arrays: Any) -> Any:
 
     Hyperparameters are float32, so `b2 = 0.999` never rounds to 1 for bfloat16 params.
     """
-    return _widest(tuple(a.dtype for a in arrays))
+    return promoted(jnp.float32, *(a.dtype for a in arrays))
 
 
 @functools.cache
-def _widest(dtypes: tuple) -> Any:
-    # Cached: entering the promotion context costs microseconds, once per leaf on each trace.
-    dtype = jnp.float32
-    # The dtypes are combined on purpose, so this must not fail under strict promotion.
+def promoted(*dtypes: Any) -> Any:
+    """The dtype that standard promotion gives `dtypes`, even under strict promotion.
+
+    The dtypes are combined on purpose. Cached: entering the promotion context costs
+    microseconds, and per-leaf math asks once per leaf on every trace.
+    """
     with jax.numpy_dtype_promotion("standard"):
-        for d in dtypes:
-            dtype = jnp.promote_types(dtype, d)
-    return dtype
+        return functools.reduce(jnp.promote_types, dtypes)
 
 
 def cast(x: Any, dtype: Any) -> Any:

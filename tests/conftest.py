@@ -22,22 +22,22 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # same either way; a cache entry that cannot be read is compiled again (pyproject's warning
 # filters let that pass instead of failing the test).
 _CACHE_DIR_ENV = "GRADTX_TEST_COMPILATION_CACHE"
-_owned_cache_dir: list[str] = []
+_owns_cache_dir = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _owns_cache_dir
     if _CACHE_DIR_ENV not in os.environ:
         os.environ[_CACHE_DIR_ENV] = tempfile.mkdtemp(prefix="gradtx-tests-xla-")
-        _owned_cache_dir.append(os.environ[_CACHE_DIR_ENV])
+        _owns_cache_dir = True
     jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_DIR_ENV])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for path in _owned_cache_dir:
-        shutil.rmtree(path, ignore_errors=True)
-        del os.environ[_CACHE_DIR_ENV]
+    if _owns_cache_dir:
+        shutil.rmtree(os.environ.pop(_CACHE_DIR_ENV), ignore_errors=True)
 
 
 # --- compiled programs ---------------------------------------------------------------------------
