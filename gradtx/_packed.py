@@ -124,8 +124,22 @@ class Layout:
             return True
         if not hits.any():
             return False
-        # A buffer's leaves lie end to end in spec order (see `pack`).
-        return np.repeat(hits, self.leaf_sizes[group])
+        # Kept per selection: every trace of a step asks again, and the result (read-only)
+        # stays the same object, so what is derived from it can be kept too (its bits).
+        key = (group, hits.tobytes())
+        mask = self._masks.get(key)
+        if mask is None:
+            # A buffer's leaves lie end to end in spec order (see `pack`).
+            mask = np.repeat(hits, self.leaf_sizes[group])
+            mask.flags.writeable = False
+            if len(self._masks) >= 16:
+                self._masks.clear()
+            self._masks[key] = mask
+        return mask
+
+    @functools.cached_property
+    def _masks(self) -> dict[tuple, np.ndarray]:
+        return {}
 
     @functools.cached_property
     def leaf_sizes(self) -> tuple[np.ndarray, ...]:

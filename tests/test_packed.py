@@ -120,6 +120,24 @@ def test_a_mask_over_many_leaves_of_odd_sizes_selects_exactly_their_elements():
         np.testing.assert_array_equal(updates.unpack()[f"p{i}"], np.full(n, expected))
 
 
+def test_a_layout_keeps_each_selection_s_mask_apart():
+    # Masks (and their bits) are kept per layout and selection, read-only: a second
+    # selection over the same buffer gets its own mask, and the first is found again.
+    sizes = [40, 1 << 16, 7]
+    params = {f"p{i}": jnp.full((n,), i + 1.0) for i, n in enumerate(sizes)}
+    packed = gradtx.pack(params)
+    zeros = packed.replace(tuple(jnp.zeros_like(b) for b in packed.buffers))
+    first = packed.layout.group_mask(0, {"p1"}, "")
+    assert first is packed.layout.group_mask(0, {"p1"}, "")
+    assert not first.flags.writeable
+    for chosen in (["p1"], ["p0", "p2"], ["p1"]):
+        tx = gradtx.add_decayed_weights(0.5, mask=chosen)
+        updates, _ = jax.jit(tx.update)(zeros, tx.init(packed), packed)
+        for i, n in enumerate(sizes):
+            expected = 0.5 * (i + 1.0) if f"p{i}" in chosen else 0.0
+            np.testing.assert_array_equal(updates.unpack()[f"p{i}"], np.full(n, expected))
+
+
 def test_state_keys_and_checkpoints_are_shared_with_the_unpacked_model():
     params = _params()
     tx = gradtx.adam(1e-2, mu_dtype=jnp.float32)

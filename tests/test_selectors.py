@@ -103,6 +103,18 @@ def test_none_leaves_are_never_selected():
     assert select(params, "**") == ["a"]
 
 
+def test_a_selection_is_made_again_when_the_present_paths_change():
+    # Glob selections are kept per set of present paths: the same structure with a leaf
+    # set to None, and a strict call after a lenient one, must not reuse a kept result.
+    params = {"a": {"w": jnp.ones(1), "b": jnp.ones(1)}, "c": {"w": jnp.ones(1)}}
+    assert select(params, "**/w") == ["a/w", "c/w"]
+    assert select({**params, "c": {"w": None}}, "**/w") == ["a/w"]
+    assert select(params, "**/w") == ["a/w", "c/w"]
+    assert select(params, "**/z", strict=False) == []
+    with pytest.raises(SelectorError, match="matches no path"):
+        select(params, "**/z")
+
+
 # --- regex -------------------------------------------------------------------------------------
 
 
