@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"streaming bandwidth: {report['bandwidth_gb_s']:.1f} GB/s")
     if not args.no_training:
         blocks = 4 if args.smoke else 1000
-        report["training"] = run_training(blocks=blocks, reps=reps)
+        report["training"] = run_training(blocks=blocks, reps=reps, rounds=rounds)
         print(format_rows(report["training"]))
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

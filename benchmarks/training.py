@@ -5,6 +5,8 @@ tree with gradtx, and packed with gradtx (`gradtx.pack`, the model unpacking its
 runtime offsets). Reports compile time, the donated step time, and the total for compiling
 plus a run of steps, with ratios to optax. The last two rows time the model's gradient
 alone (no optimizer) on each layout of the params: what the optimizer adds is the difference.
+Every variant is compiled first; their steps are then timed in blocks that alternate between
+the variants, so that the machine's drift between blocks does not decide a ratio.
 """
 
 from __future__ import annotations
@@ -40,22 +42,37 @@ def model_loss(params: dict, x: jax.Array) -> jax.Array:
     return total / len(params["layers"])
 
 
-def _time_steps(step: Any, args: tuple, reps: int) -> tuple[float, float, Any]:
+def _compile(step: Any, args: tuple) -> tuple[Any, float, list]:
     args = jax.block_until_ready(args)  # not counted as compile time (see benchmarks/run.py)
     t0 = time.perf_counter()
     compiled = step.lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    params, state, *rest = args
-    params, state, loss = jax.block_until_ready(compiled(params, state, *rest))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        params, state, loss = jax.block_until_ready(compiled(params, state, *rest))
-        times.append(time.perf_counter() - t0)
-    return compile_s, statistics.median(times), float(loss)
+    return compiled, time.perf_counter() - t0, list(args)
 
 
-def run_training(blocks: int = 1000, reps: int = 10, steps: int = 1000) -> list[dict]:
+def _time_rounds(
+    compiled: list, args: list[list], reps: int, rounds: int
+) -> tuple[list[list[float]], list[float]]:
+    """Blocks of `reps` steps of each compiled step, alternating (order reversed every other
+    round), so that the machine's drift between blocks reaches every variant alike. Returns
+    each variant's step times and its last loss."""
+    times: list[list[float]] = [[] for _ in compiled]
+    losses = [float("nan")] * len(compiled)
+    for r in range(rounds):
+        order = range(len(compiled)) if r % 2 == 0 else reversed(range(len(compiled)))
+        for i in order:
+            params, state, *rest = args[i]
+            params, state, _ = jax.block_until_ready(compiled[i](params, state, *rest))
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                params, state, loss = jax.block_until_ready(compiled[i](params, state, *rest))
+                times[i].append(time.perf_counter() - t0)
+            args[i], losses[i] = [params, state, *rest], float(loss)
+    return times, losses
+
+
+def run_training(
+    blocks: int = 1000, reps: int = 10, steps: int = 1000, rounds: int = 6
+) -> list[dict]:
     import optax
 
     import gradtx
@@ -112,9 +129,11 @@ def run_training(blocks: int = 1000, reps: int = 10, steps: int = 1000) -> list[
         "model gradient only, tree": lambda: gradient_only(packed=False),
         "model gradient only, packed": lambda: gradient_only(packed=True),
     }
-    for name, build in variants.items():
-        step, args = build()
-        compile_s, step_s, loss = _time_steps(step, args, reps)
+    built = [_compile(*build()) for build in variants.values()]
+    args = [a for _, _, a in built]
+    times, losses = _time_rounds([c for c, _, _ in built], args, reps, rounds)
+    for name, (_, compile_s, _), t, loss in zip(variants, built, times, losses):
+        step_s = statistics.median(t)
         rows.append(
             {
                 "variant": name,
