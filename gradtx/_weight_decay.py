@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import jax.numpy as jnp
+
 from gradtx._elementwise import ElementwiseTransform
 from gradtx._lift import cast, compute_dtype
 from gradtx._module import hyperparam, static
@@ -41,6 +43,21 @@ class AddDecayedWeights(ElementwiseTransform):
         """`u = g + weight_decay * param`."""
         dtype = compute_dtype(g, param)
         u = cast(g, dtype) + cast(self.weight_decay, dtype) * cast(param, dtype)
+        return cast(u, g.dtype), {}
+
+    def masked_update_leaf(self, g: Any, slots: dict, param: Any, selected: Any) -> tuple:
+        """`update_leaf` where `selected`, `g` unchanged elsewhere, reading `g` once.
+
+        Adding -0.0 leaves every value as it was, bit for bit (-0.0 and NaN included), so
+        this equals selecting between `g + weight_decay * param` and `g` (subnormal values
+        of `g` excepted: XLA's CPU arithmetic flushes them to zero). Selecting reads
+        `g` twice, and XLA then writes `g` to memory before this kernel when `g` is costly
+        math of its own (Adam's direction in `adamw`): on 2000 leaves packed in 4.1M
+        elements, the masked AdamW step took 3.53 ms against 2.83 ms without a mask.
+        """
+        dtype = compute_dtype(g, param)
+        decay = cast(self.weight_decay, dtype) * cast(param, dtype)
+        u = cast(g, dtype) + jnp.where(selected, decay, jnp.asarray(-0.0, dtype))
         return cast(u, g.dtype), {}
 
 

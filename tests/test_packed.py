@@ -104,11 +104,15 @@ def test_a_mask_inside_a_buffer_decays_only_the_selected_paths():
     np.testing.assert_array_equal(updates.unpack()["b"], [0.0, 0.0])
 
 
-def test_a_mask_over_many_leaves_of_odd_sizes_selects_exactly_their_elements():
-    # The selection is read from bits packed in 32-bit words: sizes that are not multiples
-    # of 32 put leaf boundaries inside words and a partial word at the end (a mask this
-    # large is read from words; small ones are constants).
-    sizes = [37, 70, 5, 1, 64, 33, 3, 1 << 16]
+@pytest.mark.parametrize(
+    "sizes",
+    [[37, 70, 5, 1, 64, 33, 3, 1 << 16], [64, 192, 32, 96, 1 << 16, 160, 32, 64]],
+    ids=["odd sizes", "multiples of 32"],
+)
+def test_a_mask_over_many_leaves_selects_exactly_their_elements(sizes):
+    # The selection is read from bits packed in 32-bit words (a mask this large is read
+    # from words; small ones are constants). Odd sizes put leaf boundaries inside words and
+    # a partial word at the end; sizes that are multiples of 32 take a bit per 32 elements.
     params = {f"p{i}": jnp.full((n,), i + 1.0) for i, n in enumerate(sizes)}
     chosen = ["p0", "p2", "p3", "p5", "p7"]
     tx = gradtx.add_decayed_weights(0.5, mask=chosen)
@@ -118,6 +122,23 @@ def test_a_mask_over_many_leaves_of_odd_sizes_selects_exactly_their_elements():
     for i, n in enumerate(sizes):
         expected = 0.5 * (i + 1.0) if f"p{i}" in chosen else 0.0
         np.testing.assert_array_equal(updates.unpack()[f"p{i}"], np.full(n, expected))
+
+
+@pytest.mark.parametrize("copies", [1, 1 << 14], ids=["constant mask", "mask from bits"])
+def test_masked_decay_passes_the_unselected_elements_through_bit_for_bit(copies):
+    # Decay adds -0.0 where the mask is off: that keeps every value, signed zeros, NaN and
+    # infinities included, as selecting between the decayed and the incoming update would.
+    # (Not subnormals: XLA's CPU arithmetic flushes them to zero, in any sum it computes.)
+    values = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.5e-38, -3.5]
+    special = np.tile(np.array(values, np.float32), copies)
+    params = {"b": jnp.ones(special.size), "w": jnp.full(5, 2.0)}
+    packed = gradtx.pack(params)
+    incoming = gradtx.pack({"b": jnp.asarray(special), "w": jnp.ones(5)})
+    tx = gradtx.add_decayed_weights(0.5, mask="w")
+    updates, _ = jax.jit(tx.update)(incoming, tx.init(packed), packed)
+    out = updates.unpack()
+    assert np.asarray(out["b"]).view(np.uint32).tolist() == special.view(np.uint32).tolist()
+    np.testing.assert_array_equal(out["w"], np.full(5, 2.0))
 
 
 def test_a_layout_keeps_each_selection_s_mask_apart():
