@@ -19,6 +19,10 @@ compile and launch. The docs' performance page quotes these figures.
   an offset kept in the state (a runtime value, so every leaf of one shape shares a kernel).
 - `bucketed, static offsets`: the same with the offsets baked in as constants (each slice is
   a distinct kernel); run with `--static` (it takes about a minute to compile).
+
+Two floors follow the layouts: what any step on a tree of params pays before its own math.
+`params returned` takes the params (donated) and the gradients and returns the params as
+they came; `p + g` adds each gradient to its param, one kernel per leaf and no state.
 """
 
 from __future__ import annotations
@@ -132,6 +136,21 @@ def bucketed(static_offsets: bool) -> tuple[Callable, Callable]:
     return init, step
 
 
+def floors() -> dict[str, tuple[Callable, Callable]]:
+    """Steps that do no optimizer math: the cost of a tree's arrays going in and out."""
+
+    def init(params: dict) -> dict:
+        return {}
+
+    def returned(params: dict, state: dict, grads: dict) -> tuple[dict, dict]:
+        return params, state
+
+    def added(params: dict, state: dict, grads: dict) -> tuple[dict, dict]:
+        return {k: p + grads[k] for k, p in params.items()}, state
+
+    return {"floor: params returned": (init, returned), "floor: p + g": (init, added)}
+
+
 def measure(init: Callable, step: Callable, params: dict, grads: dict, reps: int) -> dict:
     state = init(params)
     jitted = jax.jit(step, donate_argnums=(0, 1))
@@ -186,6 +205,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"{name:<44}{row['outputs']:>9}{row['compile_s']:>11.2f}{row['step_ms']:>9.2f}"
             f"{row['max_abs_diff']:>12.2e}"
         )
+    for name, (init, step) in floors().items():
+        row = {"layout": name, **measure(init, step, params, grads, args.reps)}
+        row["max_abs_diff"] = None  # no Adam step to compare
+        rows.append(row)
+        print(f"{name:<44}{row['outputs']:>9}{row['compile_s']:>11.2f}{row['step_ms']:>9.2f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump([{k: v for k, v in r.items() if k != "first_step"} for r in rows], f)

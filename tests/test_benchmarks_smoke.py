@@ -74,9 +74,12 @@ def test_layout_experiment_runs_and_layouts_agree(tmp_path):
         "per-leaf, count per path, corrections once",
         "bucketed",
         "bucketed, static offsets",
+        "floor: params returned",
+        "floor: p + g",
     ]
     for row in rows:
-        assert row["max_abs_diff"] <= 1e-7, row["layout"]
+        if not row["layout"].startswith("floor"):
+            assert row["max_abs_diff"] <= 1e-7, row["layout"]
         assert row["compile_s"] > 0 and row["step_ms"] > 0
     # Bucketed state: a flat buffer per moment, so far fewer outputs than leaves x 3.
     by_name = {r["layout"]: r for r in rows}
