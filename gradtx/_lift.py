@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._cache import remember
 from gradtx._complex import check_same_kind, from_real, is_complex, reject_complex_packed, to_real
 from gradtx._packed import LARGE_LEAF, Packed, check_same_layout, join_leaves, slice_leaf
 from gradtx._paths import flatten, is_unit
@@ -407,10 +408,7 @@ def _coarse_mask(mask: np.ndarray) -> tuple[np.ndarray, int, np.ndarray | None]:
     if shift < 5:
         words = np.packbits(coarse, bitorder="little")
         words = np.pad(words, (0, -words.size % 4)).view("<u4")
-    if len(_COARSE) >= 16:
-        _COARSE.clear()
-    _COARSE[id(mask)] = (mask, (coarse, shift, words))
-    return coarse, shift, words
+    return remember(_COARSE, id(mask), (mask, (coarse, shift, words)), 16)[1]
 
 
 def _selection(mask: np.ndarray) -> jax.Array:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._cache import remember
 from gradtx._paths import flatten
 
 __all__ = ["LARGE_LEAF", "Layout", "Packed", "join_leaves", "join_path", "pack", "slice_leaf"]
@@ -132,9 +133,7 @@ class Layout:
             # A buffer's leaves lie end to end in spec order (see `pack`).
             mask = np.repeat(hits, self.leaf_sizes[group])
             mask.flags.writeable = False
-            if len(self._masks) >= 16:
-                self._masks.clear()
-            self._masks[key] = mask
+            remember(self._masks, key, mask, 16)
         return mask
 
     @functools.cached_property
@@ -224,10 +223,8 @@ class Packed:
         """
         cached = _OFFSETS.get(self.layout)
         if cached is None:
-            cached = tuple(jnp.asarray(s.offset, jnp.int32) for s in self.layout.specs)
-            if len(_OFFSETS) > 256:
-                _OFFSETS.clear()
-            _OFFSETS[self.layout] = cached
+            offsets = tuple(jnp.asarray(s.offset, jnp.int32) for s in self.layout.specs)
+            cached = remember(_OFFSETS, self.layout, offsets, 256)
         return cached
 
     def unpack(self, offsets: tuple | None = None) -> Any:

@@ -11,6 +11,8 @@ from typing import Any
 
 import jax
 
+from gradtx._cache import remember
+
 __all__ = [
     "DuplicatePathError",
     "flatten",
@@ -41,19 +43,12 @@ def is_unit(x: Any) -> bool:
     try:
         return _UNIT_TYPES[cls]
     except KeyError:
-        if len(_UNIT_TYPES) >= _CACHE_LIMIT:
-            _UNIT_TYPES.clear()
-        unit = _UNIT_TYPES[cls] = bool(getattr(cls, "__gradtx_unit__", False))
-        return unit
+        unit = bool(getattr(cls, "__gradtx_unit__", False))
+        return remember(_UNIT_TYPES, cls, unit, _CACHE_LIMIT)
 
 
 def _is_none(x: Any) -> bool:
-    if x is None:
-        return True
-    try:
-        return _UNIT_TYPES[type(x)]
-    except KeyError:
-        return is_unit(x)
+    return x is None or is_unit(x)
 
 
 def virtual(tree: Any) -> Any:
@@ -106,10 +101,7 @@ def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
     try:
         rendered = _CACHE[treedef]
     except KeyError:
-        rendered = _compute_paths(tree)
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[treedef] = rendered
+        rendered = remember(_CACHE, treedef, _compute_paths(tree), _CACHE_LIMIT)
     return rendered, leaves_, treedef
 
 

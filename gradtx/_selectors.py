@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gradtx._cache import remember
 from gradtx._paths import flatten, is_unit, virtual
 
 __all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
@@ -214,9 +215,7 @@ def _select_set(
     chosen = _BY_PATHS.get(key)
     if chosen is None:
         chosen = frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
-        if len(_BY_PATHS) >= 256:
-            _BY_PATHS.clear()
-        _BY_PATHS[key] = chosen
+        remember(_BY_PATHS, key, chosen, 256)
     return chosen
 
 

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._cache import remember
 from gradtx._packed import join_path
 from gradtx._subset import present_paths
 
@@ -62,9 +63,8 @@ _LAYOUTS: dict[CountLayout, CountLayout] = {}
 
 def _layout(groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> CountLayout:
     layout = CountLayout(groups, order)
-    if len(_LAYOUTS) > 1024:
-        _LAYOUTS.clear()
-    return _LAYOUTS.setdefault(layout, layout)
+    live = _LAYOUTS.get(layout)
+    return remember(_LAYOUTS, layout, layout, 1024) if live is None else live
 
 
 class StepCounts(Mapping):

@@ -41,9 +41,7 @@ class AddDecayedWeights(ElementwiseTransform):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = g + weight_decay * param`."""
-        dtype = compute_dtype(g, param)
-        u = cast(g, dtype) + cast(self.weight_decay, dtype) * cast(param, dtype)
-        return cast(u, g.dtype), {}
+        return self._decayed(g, param, None), {}
 
     def masked_update_leaf(self, g: Any, slots: dict, param: Any, selected: Any) -> tuple:
         """`update_leaf` where `selected`, `g` unchanged elsewhere, reading `g` once.
@@ -55,10 +53,14 @@ class AddDecayedWeights(ElementwiseTransform):
         math of its own (Adam's direction in `adamw`): on 2000 leaves packed in 4.1M
         elements, the masked AdamW step took 3.53 ms against 2.83 ms without a mask.
         """
+        return self._decayed(g, param, selected), {}
+
+    def _decayed(self, g: Any, param: Any, selected: Any) -> Any:
         dtype = compute_dtype(g, param)
         decay = cast(self.weight_decay, dtype) * cast(param, dtype)
-        u = cast(g, dtype) + jnp.where(selected, decay, jnp.asarray(-0.0, dtype))
-        return cast(u, g.dtype), {}
+        if selected is not None:
+            decay = jnp.where(selected, decay, jnp.asarray(-0.0, dtype))
+        return cast(cast(g, dtype) + decay, g.dtype)
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecayedWeights:
