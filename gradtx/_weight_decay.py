@@ -63,9 +63,7 @@ class AddDecayedWeights(ElementwiseTransform):
         dtype = compute_dtype(g, param)
         rate, param = cast(self.weight_decay, dtype), cast(param, dtype)
         if selected is not None:
-            # 1 * -0.0 where unselected, whatever the rate. The product feeds the addition
-            # directly (no select between them), as in `update_leaf`, so a compiler that
-            # fuses them into one multiply-add does so in both and they round alike.
+            # 1 * -0.0 where unselected; no select between product and sum (docstring above).
             rate = jnp.where(selected, rate, jnp.asarray(1.0, dtype))
             param = jnp.where(selected, param, jnp.asarray(-0.0, dtype))
         return cast(cast(g, dtype) + rate * param, g.dtype)
