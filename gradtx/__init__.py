@@ -1,18 +1,20 @@
 """gradtx: functional gradient transformations for JAX, where a parameter's identity is its path."""
 
 from gradtx import contrib, paths, schedules, tree
-from gradtx._accumulate import accumulate, multi_steps
-from gradtx._adagrad import scale_by_adadelta, scale_by_rss
-from gradtx._adam import scale_by_adam
-from gradtx._adam_family import (
-    scale_by_adamax,
-    scale_by_adan,
-    scale_by_amsgrad,
-    scale_by_belief,
-    scale_by_radam,
-    scale_by_yogi,
-)
-from gradtx._adaptive_optimizers import (
+from gradtx._combinators.accumulate import accumulate, multi_steps
+from gradtx._combinators.bucketed import bucketed
+from gradtx._combinators.chain import chain, named_chain
+from gradtx._combinators.conditional import conditionally_mask, conditionally_transform
+from gradtx._combinators.finite import apply_if_finite
+from gradtx._combinators.freeze import freeze, selective_transform, trainable
+from gradtx._combinators.inject import inject_hyperparams
+from gradtx._combinators.lookahead import lookahead
+from gradtx._combinators.masked import masked
+from gradtx._combinators.partition import multi_transform, partition
+from gradtx._core.apply import apply_updates
+from gradtx._core.protocol import Transformation
+from gradtx._layouts.packed import Packed, pack
+from gradtx._optimizers.adaptive_optimizers import (
     adabelief,
     adadelta,
     adagrad,
@@ -26,34 +28,7 @@ from gradtx._adaptive_optimizers import (
     rmsprop,
     yogi,
 )
-from gradtx._apply import apply_updates
-from gradtx._base import Transformation
-from gradtx._block_rms import clip_by_block_rms, scale_by_param_block_rms
-from gradtx._bucketed import bucketed
-from gradtx._chain import chain, named_chain
-from gradtx._clipping import clip, clip_by_global_norm, global_norm
-from gradtx._conditional import conditionally_mask, conditionally_transform
-from gradtx._explain import explain
-from gradtx._factored import adafactor, scale_by_factored_rms
-from gradtx._finite import apply_if_finite
-from gradtx._freeze import freeze, selective_transform, trainable
-from gradtx._grad_clipping import adaptive_grad_clip, per_example_global_norm_clip
-from gradtx._hyperparams import hyperparams, reset, set_hyperparams
-from gradtx._inject import inject_hyperparams
-from gradtx._lion import scale_by_lion
-from gradtx._lookahead import lookahead
-from gradtx._masked import masked
-from gradtx._misc_transforms import (
-    add_noise,
-    centralize,
-    ema,
-    keep_params_nonnegative,
-    normalize_by_update_norm,
-    scale_by_optimistic_gradient,
-    scale_gradient,
-    zero_nans,
-)
-from gradtx._more_optimizers import (
+from gradtx._optimizers.more_optimizers import (
     fromage,
     lion,
     nesterov,
@@ -65,24 +40,55 @@ from gradtx._more_optimizers import (
     sign_sgd,
     signum,
 )
-from gradtx._novograd import scale_by_novograd
-from gradtx._optimizers import adam, adamw, sgd
-from gradtx._packed import Packed, pack
-from gradtx._partition import multi_transform, partition
-from gradtx._polyak import scale_by_polyak
-from gradtx._rms import scale_by_rms, scale_by_stddev
-from gradtx._scale import identity, scale, scale_by_learning_rate, scale_by_schedule, set_to_zero
-from gradtx._sign import scale_by_rprop, scale_by_sign
-from gradtx._state_dict import (
+from gradtx._optimizers.optimizers import adam, adamw, sgd
+from gradtx._state.explain import explain
+from gradtx._state.hyperparams import hyperparams, reset, set_hyperparams
+from gradtx._state.state_dict import (
     LoadReport,
     StateMismatchError,
     load_state_dict,
     reconcile,
     state_dict,
 )
-from gradtx._trace import trace
-from gradtx._trust_ratio import lamb, lars, scale_by_trust_ratio
-from gradtx._weight_decay import add_decayed_weights
+from gradtx._transforms.adagrad import scale_by_adadelta, scale_by_rss
+from gradtx._transforms.adam import scale_by_adam
+from gradtx._transforms.adam_variants import (
+    scale_by_adamax,
+    scale_by_adan,
+    scale_by_amsgrad,
+    scale_by_belief,
+    scale_by_radam,
+    scale_by_yogi,
+)
+from gradtx._transforms.block_rms import clip_by_block_rms, scale_by_param_block_rms
+from gradtx._transforms.clipping import clip, clip_by_global_norm, global_norm
+from gradtx._transforms.factored import adafactor, scale_by_factored_rms
+from gradtx._transforms.grad_clipping import adaptive_grad_clip, per_example_global_norm_clip
+from gradtx._transforms.lion import scale_by_lion
+from gradtx._transforms.misc_transforms import (
+    add_noise,
+    centralize,
+    ema,
+    keep_params_nonnegative,
+    normalize_by_update_norm,
+    scale_by_optimistic_gradient,
+    scale_gradient,
+    zero_nans,
+)
+from gradtx._transforms.novograd import scale_by_novograd
+from gradtx._transforms.polyak import scale_by_polyak
+from gradtx._transforms.rms import scale_by_rms, scale_by_stddev
+from gradtx._transforms.scale import (
+    identity,
+    scale,
+    scale_by_learning_rate,
+    scale_by_schedule,
+    set_to_zero,
+)
+from gradtx._transforms.sign import scale_by_rprop, scale_by_sign
+from gradtx._transforms.trace import trace
+from gradtx._transforms.trust_ratio import lamb, lars, scale_by_trust_ratio
+from gradtx._transforms.weight_decay import add_decayed_weights
 
 __version__ = "0.1.0"
 

@@ -5,8 +5,8 @@ path; every `mask=`, `where=` and label argument of gradtx accepts the same form
 `select`).
 """
 
-from gradtx._paths import DuplicatePathError, flatten, leaves, paths, unflatten
-from gradtx._selectors import (
+from gradtx._paths.paths import DuplicatePathError, flatten, leaves, paths, unflatten
+from gradtx._paths.selectors import (
     LabelError,
     Selector,
     SelectorError,

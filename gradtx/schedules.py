@@ -1,6 +1,6 @@
 """Learning-rate and hyperparameter schedules, as pytrees callable as `schedule(step)`."""
 
-from gradtx._schedules import (
+from gradtx._schedules.schedules import (
     Schedule,
     constant,
     cosine_decay,

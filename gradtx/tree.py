@@ -4,7 +4,7 @@ Trees combine by path, not by position (a dict and a dataclass with the same pat
 `None` leaves stay `None` and reductions skip them; reductions accumulate in at least float32.
 """
 
-from gradtx._tree import (
+from gradtx._core.tree_math import (
     add,
     add_scale,
     allclose,

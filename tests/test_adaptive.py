@@ -11,7 +11,7 @@ import pytest
 import references_adaptive as ra
 
 import gradtx
-from gradtx._adam_family import radam_rho
+from gradtx._transforms.adam_variants import radam_rho
 
 # --- rmsprop variants ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import gradtx
-from gradtx._chain import Chain
+from gradtx._combinators.chain import Chain
 
 B1, B2, EPS = np.float32(0.9), np.float32(0.999), np.float32(1e-8)
 
@@ -301,7 +301,7 @@ def test_low_precision_packed_updates_are_rounded_once_too():
 def test_a_global_norm_in_a_chain_reads_the_updates_the_chain_has_reached():
     # The norm may be taken from the narrow source of the chain's float32 copy, but only
     # while no step before it has changed the updates.
-    from gradtx._widening import _SOURCES
+    from gradtx._core.widening import _SOURCES
 
     g = {"w": jnp.asarray([3.0, 4.0], jnp.bfloat16), "b": jnp.asarray([12.0], jnp.bfloat16)}
     for first, factor in ((gradtx.identity(), 1.0), (gradtx.scale(2.0), 2.0)):
@@ -316,7 +316,7 @@ def test_a_global_norm_in_a_chain_reads_the_updates_the_chain_has_reached():
 
 def test_clipping_bf16_updates_in_a_chain_needs_no_float32_copy_of_them():
     # XLA's CPU backend wrote the float32 conversion of the gradient out in full for the norm
-    # when the rest of the step shared it (see gradtx/_widening.py): one more gradient-sized
+    # when the rest of the step shared it (see gradtx/_core/widening.py): one more gradient-sized
     # float32 buffer than the same step without clipping.
     import re
 

@@ -1,6 +1,6 @@
 """Complex parameters are pairs of reals: a complex leaf behaves as its stacked real view.
 
-The convention (gradtx/_complex.py): a complex leaf `z` behaves exactly like the real leaf
+The convention (gradtx/_layouts/complex.py): a complex leaf `z` behaves exactly like the real leaf
 `stack([z.real, z.imag])`; the update comes back as `u[0] + 1j * u[1]` and the leaf's state is
 kept in the real layout. The gradient passed for `z` is `dL/dre + 1j * dL/dim`, the conjugate
 of what `jax.grad` returns.

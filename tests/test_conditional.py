@@ -12,7 +12,7 @@ import pytest
 
 import gradtx
 from gradtx import schedules
-from gradtx._module import Module, hyperparam
+from gradtx._core.module import Module, hyperparam
 
 GRADS = [{"w": jnp.array([1.0, -2.0]) * (t + 1), "n": None} for t in range(6)]
 

@@ -82,8 +82,9 @@ def test_the_coverage_check_sees_a_missing_name(tmp_path):
 
 
 def _modules() -> list[str]:
-    contrib = [f"gradtx.contrib.{m.name}" for m in pkgutil.iter_modules(gradtx.contrib.__path__)]
-    return sorted([f"gradtx.{m.name}" for m in pkgutil.iter_modules(gradtx.__path__)] + contrib)
+    """Every module of the package, in every layer folder and in contrib."""
+    found = pkgutil.walk_packages(gradtx.__path__, prefix="gradtx.")
+    return sorted(m.name for m in found)
 
 
 def _run_doctests(tests: list[doctest.DocTest]) -> tuple[int, str]:

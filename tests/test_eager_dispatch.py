@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradtx
-from gradtx import _dispatch
+from gradtx._core import dispatch as _dispatch
 
 
 def _params(n=6):

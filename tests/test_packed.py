@@ -288,7 +288,7 @@ def test_equal_layouts_are_one_object_and_compare_by_content():
     assert a.layout is b.layout
     assert gradtx.pack(params, own_buffer_from=4).layout is not a.layout
     # A layout built apart (not through `pack`) still compares and hashes by content.
-    from gradtx._packed import Layout, LeafSpec
+    from gradtx._layouts.packed import Layout, LeafSpec
 
     copy = Layout(
         a.layout.treedef,

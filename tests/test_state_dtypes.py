@@ -59,7 +59,7 @@ def test_global_norm_of_low_precision_leaves_accumulates_in_float32():
 
 
 def test_global_norm_reduces_small_leaves_together_and_large_ones_alone():
-    from gradtx._packed import LARGE_LEAF
+    from gradtx._layouts.packed import LARGE_LEAF
 
     rng = np.random.default_rng(1)
     tree = {

@@ -9,8 +9,8 @@ import pytest
 from registry import REGISTRY
 
 import gradtx
-from gradtx._elementwise import ElementwiseTransform
-from gradtx._step_counts import StepCounts
+from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._layouts.step_counts import StepCounts
 
 
 def _params(n: int = 6) -> dict:

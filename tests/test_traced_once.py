@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradtx
-import gradtx._elementwise as elementwise
+import gradtx._core.elementwise as elementwise
 
 
 def _params(n: int, dtype=jnp.float32) -> dict:

@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._adam import _dtype_or_none
-from gradtx._elementwise import ElementwiseTransform
-from gradtx._lift import as_stored, compute_dtype, zeros_for
-from gradtx._module import hyperparam, static
-from gradtx._optimizers import optimizer
-from gradtx._scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.module import hyperparam, static
+from gradtx._optimizers.optimizers import optimizer
+from gradtx._transforms.adam import _dtype_or_none
+from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
 __all__ = ["adopt", "quarter_power", "scale_by_adopt"]
 

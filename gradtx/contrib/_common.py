@@ -8,9 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._complex import is_complex, to_real
-from gradtx._lift import compute_dtype, update_slots, zeros_for
-from gradtx._paths import flatten, is_unit
+from gradtx._core.lift import compute_dtype, update_slots, zeros_for
+from gradtx._layouts.complex import is_complex, to_real
+from gradtx._paths.paths import flatten, is_unit
 
 __all__ = [
     "adam_direction_updates",

@@ -8,15 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._adam import ScaleByAdam, _dtype_or_none
-from gradtx._complex import is_complex
-from gradtx._elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
-from gradtx._misc_transforms import reject_packed
-from gradtx._module import hyperparam, static
-from gradtx._paths import flatten
-from gradtx._scale import ScalarOrSchedule
-from gradtx._selectors import as_selector, select
+from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.module import hyperparam, static
+from gradtx._layouts.complex import is_complex
+from gradtx._paths.paths import flatten
+from gradtx._paths.selectors import as_selector, select
+from gradtx._transforms.adam import ScaleByAdam, _dtype_or_none
+from gradtx._transforms.misc_transforms import reject_packed
+from gradtx._transforms.scale import ScalarOrSchedule
 
 __all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
 

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
-from gradtx._module import hyperparam, static
-from gradtx._scale import ScalarOrSchedule
+from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.module import hyperparam, static
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._common import (
     adam_direction_updates,
     bias_correction,

@@ -7,13 +7,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._apply import apply_updates
-from gradtx._base import Transformation, as_transformation
-from gradtx._complex import from_real, is_complex
-from gradtx._describe import merge_descriptions, present_paths
-from gradtx._lift import compute_dtype, init_slots, update_slots
-from gradtx._module import static
-from gradtx._paths import flatten
+from gradtx._core.apply import apply_updates
+from gradtx._core.describe import merge_descriptions, present_paths
+from gradtx._core.lift import compute_dtype, init_slots, update_slots
+from gradtx._core.module import static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._layouts.complex import from_real, is_complex
+from gradtx._paths.paths import flatten
 from gradtx.contrib._common import copy_of
 
 __all__ = ["sam"]

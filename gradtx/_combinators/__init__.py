@@ -1,0 +1,1 @@
+"""Layer 4, combinators: transformations built from other transformations."""

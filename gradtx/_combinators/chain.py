@@ -1,0 +1,182 @@
+"""Chaining transformations, their states keyed by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._core.describe import merge_descriptions
+from gradtx._core.module import static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.widening import is_narrow, widening
+
+__all__ = ["Chain", "chain", "named_chain"]
+
+
+def _default_names(transforms: tuple[Transformation, ...]) -> tuple[str, ...]:
+    counts: dict[str, int] = {}
+    names = []
+    for tx in transforms:
+        counts[tx.name] = counts.get(tx.name, 0) + 1
+        names.append(tx.name if counts[tx.name] == 1 else f"{tx.name}_{counts[tx.name]}")
+    return tuple(names)
+
+
+class Chain(Transformation):
+    """Transformations applied in sequence; each child's state is keyed by its name.
+
+    With `flat=True` (how optimizers such as `adamw` are built) the children's states are
+    merged into one namespace, so `state_dict` keys read `adamw/mu/<path>` rather than
+    `adamw/scale_by_adam/mu/<path>`; the children's state keys must then be distinct.
+    """
+
+    transforms: tuple = ()
+    names: tuple = static(())
+    label: str = static("chain")
+    flat: bool = static(False)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The chain's own name (used as its key inside an outer chain)."""
+        return self.label
+
+    def __check__(self) -> None:
+        if len(set(self.names)) != len(self.names):
+            dupes = sorted({n for n in self.names if self.names.count(n) > 1})
+            raise ValueError(f"{self.label}: the names {dupes} are used more than once.")
+        if self.flat:
+            seen: dict[str, str] = {}
+            for name, tx in zip(self.names, self.transforms):
+                keys = getattr(tx, "state_keys", None)
+                if keys is None:
+                    raise TypeError(
+                        f"{self.label}: a flat chain needs {name} to declare state_keys"
+                    )
+                for key in keys():
+                    if key in seen:
+                        raise ValueError(
+                            f"{self.label}: {seen[key]} and {name} both keep state {key!r}."
+                        )
+                    seen[key] = name
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The keys of this chain's state."""
+        if self.flat:
+            return tuple(k for tx in self.transforms for k in tx.state_keys())
+        return self.names
+
+    def _child_state(self, state: Any, name: str, tx: Transformation) -> Any:
+        if not isinstance(state, dict):
+            raise TypeError(
+                f"{self.label}: expected the state made by this chain's init (a dict with keys "
+                f"{list(self.state_keys())}), got {type(state).__name__}."
+            )
+        keys = tx.state_keys() if self.flat else (name,)
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise KeyError(
+                f"{self.label}: the state has no {missing[0]!r} entry (it has {list(state)}); "
+                "was it made by another transformation's init?"
+            )
+        return {k: state[k] for k in keys} if self.flat else state[name]
+
+    def init(self, params: Any) -> dict:
+        """`{name: child.init(params)}`, or the children's merged states if `flat`."""
+        state: dict = {}
+        for name, tx in zip(self.names, self.transforms):
+            child = tx.init(params)
+            if self.flat:
+                state.update(child)
+            else:
+                state[name] = child
+        return state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The last child's frozen paths (a later child could add to a frozen update)."""
+        return self.transforms[-1].frozen_paths(params) if self.transforms else frozenset()
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The children's steps, in order, for each path."""
+        return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Run each child's update in order, passing `params` and `**extra` along.
+
+        Updates narrower than float32 (bfloat16, float16) travel between the children in
+        float32 and are rounded back to their own dtype once, at the end.
+        """
+        new_state = dict(state) if isinstance(state, dict) else state
+        given = updates
+        with widening() as widen:
+            if len(self.transforms) > 1:  # see gradtx/_core/widening.py
+                updates = jax.tree.map(widen, updates)
+            for name, tx in zip(self.names, self.transforms):
+                child = self._child_state(state, name, tx)
+                updates, child = tx.update(updates, child, params, **extra)
+                if self.flat:
+                    new_state.update(child)
+                else:
+                    new_state[name] = child
+        if updates is not given:
+            updates = _narrowed_back(updates, given)
+        return updates, new_state
+
+
+def _narrowed_back(updates: Any, given: Any) -> Any:
+    """`updates` with each leaf that was narrow in `given` back in that dtype."""
+    leaves, treedef = jax.tree.flatten(updates)
+    before, before_def = jax.tree.flatten(given)
+    if treedef != before_def:  # a child changed the structure: leave its dtypes alone
+        return updates
+    out = [
+        u.astype(g.dtype) if is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 else u
+        for u, g in zip(leaves, before)
+    ]
+    return treedef.unflatten(out)
+
+
+def chain(*transforms: Any) -> Chain:
+    """Apply transformations in sequence, each child's state keyed by a readable name.
+
+    Names are the transformations' names (`clip_by_global_norm`, `adamw`, ...) with a suffix
+    on repeats (`scale`, `scale_2`). optax transformations are accepted and wrapped.
+
+    Updates narrower than float32 (bfloat16, float16) pass between the transformations in
+    float32 and come out rounded to their own dtype once, so a chain rounds like one
+    transformation, not once per step.
+
+    Args:
+        *transforms: the transformations, applied first to last.
+
+    Returns:
+        A `Chain` whose state is `{name: state_of_that_child}`.
+
+    Examples:
+        >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))
+        >>> list(tx.init({"w": jnp.zeros(2)}))
+        ['clip_by_global_norm', 'adam']
+    """
+    txs = tuple(as_transformation(t, f"chain argument {i}") for i, t in enumerate(transforms))
+    return Chain(txs, _default_names(txs))
+
+
+def named_chain(*named: tuple[str, Any]) -> Chain:
+    """Apply transformations in sequence, each child's state keyed by the name given.
+
+    Args:
+        *named: `(name, transformation)` pairs, applied first to last.
+
+    Examples:
+        >>> tx = gradtx.named_chain(("clip", gradtx.clip(1.0)), ("opt", gradtx.sgd(0.1)))
+        >>> list(tx.init({"w": jnp.zeros(2)}))
+        ['clip', 'opt']
+    """
+    for i, pair in enumerate(named):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise TypeError(
+                f"named_chain: argument {i} must be a (name, transformation) pair, got {pair!r}"
+            )
+    txs = tuple(as_transformation(t, f"named_chain[{n!r}]") for n, t in named)
+    return Chain(txs, tuple(n for n, _ in named))

@@ -1,0 +1,113 @@
+"""Skipping steps whose gradient or update is not finite (NaN or infinity)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._combinators.accumulate import check_count
+from gradtx._combinators.conditional import safe_increment
+from gradtx._core.describe import present_paths
+from gradtx._core.module import field, static
+from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._layouts.step_counts import split_where_absent
+
+__all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """True if every element of every array leaf of `tree` is finite (`None` leaves skipped)."""
+    result = jnp.ones((), jnp.bool_)
+    for leaf in jax.tree.leaves(tree):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            result = result & jnp.all(jnp.isfinite(leaf))
+    return result
+
+
+class ApplyIfFinite(Transformation):
+    """Skip a step whose gradient or update is not finite (see `apply_if_finite`)."""
+
+    name: ClassVar[str] = "apply_if_finite"
+    inner: Any = field(converter=as_transformation)
+    max_consecutive_errors: int = static()
+
+    def __check__(self) -> None:
+        check_count(self.max_consecutive_errors, "apply_if_finite: max_consecutive_errors", 0)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The inner state and the statistics of non-finite steps."""
+        return ("inner", "notfinite_count", "total_notfinite", "last_finite")
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The inner transformation's frozen paths."""
+        return self.inner.frozen_paths(params)
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """This wrapper's entry, then the inner steps, for every present path."""
+        entry = (self.name, {"max_consecutive_errors": self.max_consecutive_errors})
+        inner = self.inner.describe(params, step)
+        return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
+
+    def init(self, params: Any) -> dict:
+        """The inner state, zero counts and `last_finite = True`."""
+        return {
+            "inner": self.inner.init(params),
+            "notfinite_count": jnp.zeros((), jnp.int32),
+            "total_notfinite": jnp.zeros((), jnp.int32),
+            "last_finite": jnp.ones((), jnp.bool_),
+        }
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Run the inner step; keep its result only if it is finite (or too many were not)."""
+        check_state_keys(self.name, state, self.state_keys())
+        old_inner = split_where_absent(state["inner"], updates)
+        new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
+        finite = all_finite(updates) & all_finite(new_updates)
+        count = jnp.where(finite, jnp.int32(0), safe_increment(state["notfinite_count"]))
+        accept = finite | (count > jnp.int32(self.max_consecutive_errors))
+        new_updates = jax.tree.map(lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates)
+        inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
+        total = jnp.where(
+            finite, state["total_notfinite"], safe_increment(state["total_notfinite"])
+        )
+        return new_updates, {
+            "inner": inner,
+            "notfinite_count": count,
+            "total_notfinite": total,
+            "last_finite": finite,
+        }
+
+
+def apply_if_finite(tx: Any, max_consecutive_errors: int) -> ApplyIfFinite:
+    r"""Skip the steps whose gradient or update holds a NaN or an infinity.
+
+    Each call runs `tx`. If every element of the incoming gradients and of `tx`'s output
+    updates is finite, the step is taken as usual. Otherwise the output updates are zeros and
+    `tx`'s whole state is kept exactly as it was (step counts and schedule counts included),
+    as if that batch had never been seen; the choice is made with `jnp.where` on device, with
+    no host synchronisation. Once `max_consecutive_errors` steps in a row have been skipped, the
+    next non-finite step is applied as it is (optax's `apply_if_finite` rule), so a run that
+    has truly diverged does not silently stall.
+
+    Args:
+        tx: the transformation to guard (optax ones are wrapped).
+        max_consecutive_errors: how many consecutive non-finite steps to skip ($\ge 0$).
+
+    State:
+        `inner/...` (the state of `tx`); the statistics `notfinite_count` (consecutive
+        non-finite steps, int32), `total_notfinite` (all non-finite steps so far, int32) and
+        `last_finite` (bool: whether the last step was finite).
+
+    Examples:
+        >>> tx = gradtx.apply_if_finite(gradtx.adam(0.1), max_consecutive_errors=3)
+        >>> state = tx.init({"w": jnp.zeros(2)})
+        >>> u, state = tx.update({"w": jnp.array([1.0, jnp.nan])}, state)
+        >>> u["w"], int(state["inner"]["count"]["w"]), int(state["total_notfinite"])
+        (Array([0., 0.], dtype=float32), 0, 1)
+        >>> u, state = tx.update({"w": jnp.array([1.0, 1.0])}, state)
+        >>> u["w"], bool(state["last_finite"]), int(state["notfinite_count"])
+        (Array([-0.1, -0.1], dtype=float32), True, 0)
+    """
+    return ApplyIfFinite(tx, max_consecutive_errors)

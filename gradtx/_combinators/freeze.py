@@ -1,0 +1,164 @@
+"""`freeze` and `trainable`: frozen paths get a zero update and keep no optimizer state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._combinators.masked import selection, strictly
+from gradtx._core.module import static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._paths.paths import is_unit
+from gradtx._paths.selectors import as_selector, select
+from gradtx._paths.subset import any_present, merge_by_path, present_paths, restrict
+
+__all__ = ["Freeze", "freeze", "selective_transform", "trainable"]
+
+
+def _zeros(leaf: Any) -> Any:
+    if is_unit(leaf):
+        return leaf.map(jnp.zeros_like)
+    return jnp.zeros_like(leaf)
+
+
+class Freeze(Transformation):
+    """`inner` on the trainable paths, exact zeros on the frozen ones (see `freeze`)."""
+
+    inner: Any = None
+    where: Any = static(None)
+    invert: bool = static(False)  # True for `trainable`: `where` selects what trains
+    label: str = static("freeze")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The key of this step's state inside a chain."""
+        return self.label
+
+    def _argument(self) -> str:
+        return f"{self.label}(where={self.where!r})"
+
+    def _frozen(self, params: Any, updates: Any, strict: bool) -> frozenset[str]:
+        tree = updates if params is None else params
+        if strict:
+            chosen = frozenset(
+                strictly(
+                    lambda t, s: select(t, self.where, strict=s, argument=self._argument()),
+                    tree,
+                )
+            )
+        else:
+            chosen = selection(params, updates, self.where, self._argument())
+        if not self.invert:
+            return chosen
+        return frozenset(present_paths(tree)) - chosen
+
+    def _trainable(self, tree: Any, frozen: frozenset[str]) -> frozenset[str]:
+        return frozenset(p for p in present_paths(tree) if p not in frozen)
+
+    def init(self, params: Any) -> Any:
+        """The inner state for the trainable paths only: frozen paths allocate nothing."""
+        frozen = self._frozen(params, None, strict=True)
+        return self.inner.init(restrict(params, self._trainable(params, frozen), self.label))
+
+    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+        """Zeros on the frozen paths, the inner update on the others.
+
+        The inner transformation never sees the frozen paths, so they are out of its global
+        norms and weight decay.
+        """
+        frozen = self._frozen(params, updates, strict=False)
+        tree = updates if params is None else params
+        train = self._trainable(tree, frozen)
+        group = restrict(updates, train, self.label)
+        still = restrict(updates, frozen, self.label)
+        parts = [(still, jax.tree.map(_zeros, still, is_leaf=is_unit))]
+        if any_present(group):
+            result, state = self.inner.update(
+                group, state, restrict(params, train, self.label), **extra
+            )
+            parts.append((group, result))
+        return merge_by_path(updates, parts), state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The frozen paths, and those the inner transformation freezes."""
+        frozen = self._frozen(params, None, strict=False)
+        inner = self.inner.frozen_paths(
+            restrict(params, self._trainable(params, frozen), self.label)
+        )
+        return frozen | inner
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """`frozen` for the frozen paths, the inner's steps for the others."""
+        frozen = self._frozen(params, None, strict=False)
+        train = restrict(params, self._trainable(params, frozen), self.label)
+        out = self.inner.describe(train, step)
+        for path in present_paths(params):
+            if path in frozen:
+                out[path] = [("frozen", {})]
+        return out
+
+
+def freeze(inner: Any, where: Any, *, name: str = "freeze") -> Freeze:
+    """Freeze the selected paths: exactly zero update, no optimizer state, no weight decay.
+
+    `inner` runs on the other (trainable) paths only and never sees the frozen ones, so they
+    allocate no state (the state's memory equals that of `inner` on the trainable parameters
+    alone), receive no weight decay, and are left out of global norms such as
+    `clip_by_global_norm`'s. `accumulate` keeps no buffer for them.
+
+    Args:
+        inner: the optimizer of the trainable paths.
+        where: a selector of the paths to freeze (see `gradtx.paths`); one that selects nothing
+            raises at `init`.
+        name: the key of this step's state inside a chain.
+
+    Returns:
+        A transformation whose state is `inner`'s state for the trainable paths.
+
+    Examples:
+        >>> tx = gradtx.freeze(gradtx.adamw(0.1), "encoder")
+        >>> params = {"encoder": {"w": jnp.ones(2)}, "head": jnp.ones(2)}
+        >>> sorted(gradtx.state_dict(tx.init(params)))
+        ['count/head', 'mu/head', 'nu/head']
+        >>> u, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
+        >>> u["encoder"]["w"]
+        Array([0., 0.], dtype=float32)
+    """
+    inner = as_transformation(inner, f"{name}(inner)")
+    return Freeze(inner, as_selector(where, f"{name}(where=...)"), False, name)
+
+
+def trainable(inner: Any, where: Any, *, name: str = "trainable") -> Freeze:
+    """Train only the selected paths with `inner`; freeze every other path (see `freeze`).
+
+    Args:
+        inner: the optimizer of the selected paths.
+        where: a selector of the trainable paths; one that selects nothing raises at `init`.
+        name: the key of this step's state inside a chain.
+
+    Examples:
+        >>> tx = gradtx.trainable(gradtx.sgd(0.1, momentum=0.9), "head")
+        >>> params = {"encoder": {"w": jnp.ones(2)}, "head": jnp.ones(2)}
+        >>> list(gradtx.state_dict(tx.init(params)))
+        ['trace/head']
+    """
+    inner = as_transformation(inner, f"{name}(inner)")
+    return Freeze(inner, as_selector(where, f"{name}(where=...)"), True, name)
+
+
+def selective_transform(optimizer: Any, *, freeze_mask: Any) -> Freeze:
+    """The optax name for `freeze`: `optimizer` on the paths `freeze_mask` does not select.
+
+    Args:
+        optimizer: the optimizer of the trainable paths.
+        freeze_mask: a selector of the frozen paths.
+
+    Examples:
+        >>> tx = gradtx.selective_transform(gradtx.sgd(0.1), freeze_mask="**/b")
+        >>> u, _ = tx.update({"w": jnp.ones(1), "b": jnp.ones(1)}, {})
+        >>> u["b"], u["w"]
+        (Array([0.], dtype=float32), Array([-0.1], dtype=float32))
+    """
+    return freeze(optimizer, freeze_mask, name="selective_transform")

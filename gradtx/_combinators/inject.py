@@ -1,0 +1,267 @@
+"""`inject_hyperparams`: numeric hyperparameters in the state, readable and settable by name."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._core.module import Module, static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.static_value import StaticValue
+from gradtx._paths.selectors import Selector
+from gradtx._schedules.schedules import FunctionSchedule, Schedule
+
+__all__ = ["InjectHyperparams", "InjectState", "inject_hyperparams"]
+
+# A function passed under one of these names is structure (a mask, a label function), never
+# a schedule, whatever the factory's defaults say.
+_STRUCTURAL_NAME = re.compile(r"mask|where|label|select|_fn$|^fn$|filter|partition")
+
+
+class InjectState(Module):
+    """State of `inject_hyperparams`.
+
+    Holds the step `count`, the `hyperparams` used at the last step (`{name: value}`, in the
+    hyperparameter dtype) and the `inner` state.
+    """
+
+    count: Any = None
+    hyperparams: dict = None  # type: ignore[assignment]
+    inner: Any = None
+    scheduled: tuple = static(())  # names that follow a schedule (set_hyperparams refuses them)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return np.issubdtype(value.dtype, np.number) and not np.issubdtype(
+            value.dtype, np.complexfloating
+        )
+    return False
+
+
+def _is_plain_function(value: Any) -> bool:
+    return callable(value) and not isinstance(value, (Module, type, Selector))
+
+
+def _is_numeric_default(default: Any) -> bool:
+    return default is inspect.Parameter.empty or (
+        isinstance(default, (int, float)) and not isinstance(default, bool)
+    )
+
+
+def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
+    """Numbers and schedules are hyperparameters; masks, selectors, dtypes, flags are not.
+
+    A plain function is a schedule only when passed for a numeric argument (one with a
+    numeric default, or a required one) whose name is not that of a mask or label argument.
+    A Python int given for an argument whose default is an int (a period, a count of steps)
+    stays static.
+    """
+    if isinstance(value, Schedule):
+        return True
+    if _is_number(value):
+        int_default = isinstance(default, int) and not isinstance(default, bool)
+        return not (isinstance(value, (int, np.integer)) and int_default)
+    if _is_plain_function(value):
+        return _is_numeric_default(default) and not _STRUCTURAL_NAME.search(name)
+    return False
+
+
+class InjectHyperparams(Transformation):
+    """A transformation rebuilt every step from hyperparameters kept in its state."""
+
+    factory: Callable = static(None)
+    hparams: dict = None  # type: ignore[assignment]  # name -> float32 value or Schedule
+    static_kwargs: tuple = static(())  # ((name, StaticValue), ...)
+    dtype: Any = static(None)
+    label: str = static("inject_hyperparams")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The factory's name (`adam`, ...): the key of this step's state inside a chain."""
+        return self.label
+
+    def _scheduled(self) -> tuple[str, ...]:
+        return tuple(n for n, v in self.hparams.items() if isinstance(v, Schedule))
+
+    def _values(self, count: Any, stored: dict | None) -> dict[str, Any]:
+        values = {}
+        for name, value in self.hparams.items():
+            if isinstance(value, Schedule):
+                value = value(count)
+            elif stored is not None:
+                value = stored[name]
+            values[name] = jnp.asarray(value).astype(self.dtype)
+        return values
+
+    def build(self, values: dict[str, Any]) -> Transformation:
+        """The inner transformation for the given hyperparameter values."""
+        kwargs = {name: s.value for name, s in self.static_kwargs}
+        built = self.factory(**values, **kwargs)
+        return as_transformation(built, f"inject_hyperparams({self.label})")
+
+    def init(self, params: Any) -> InjectState:
+        """Count 0, the hyperparameters at step 0, and the inner state."""
+        count = jnp.zeros((), jnp.int32)
+        values = self._values(count, None)
+        inner = self.build(values).init(params)
+        return InjectState(count, values, inner, self._scheduled())
+
+    def update(
+        self, updates: Any, state: InjectState, params: Any = None, **extra: Any
+    ) -> tuple[Any, InjectState]:
+        """Run the inner update with the hyperparameters of this step.
+
+        Schedules are evaluated at the count, the other values read from the state.
+        """
+        if not isinstance(state, InjectState):
+            raise TypeError(
+                f"inject_hyperparams({self.label}): expected the state made by its init (an "
+                f"InjectState), got {type(state).__name__}."
+            )
+        values = self._values(state.count, state.hyperparams)
+        updates, inner = self.build(values).update(updates, state.inner, params, **extra)
+        count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
+        return updates, InjectState(count, values, inner, state.scheduled)
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The inner transformation's frozen paths."""
+        return self.build(self._values(jnp.zeros((), jnp.int32), None)).frozen_paths(params)
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The inner description with the hyperparameters at `step`, as stored.
+
+        Warns when a value is not representable in the hyperparameter dtype.
+        """
+        values = self._values(np.int32(step), None)
+        for name, value in self.hparams.items():
+            wanted = np.float32(value(np.int32(step)) if isinstance(value, Schedule) else value)
+            _warn_if_rounded(self.label, name, float(wanted), values[name], self.dtype)
+        return self.build(values).describe(params, step)
+
+
+def _warn_if_rounded(owner: str, name: str, wanted: float, stored: Any, dtype: Any) -> None:
+    """Warn when storing `wanted` in `dtype` changes it (or `1 - wanted`) by over 0.1%."""
+    got = float(np.float32(stored))
+    if got == wanted:
+        return
+    scale = max(abs(wanted), 1e-30)
+    off = abs(got - wanted) / scale
+    if 0.0 < wanted < 1.0:  # decay rates: what matters is 1 - value (b2 = 0.999 -> 1.0)
+        off = max(off, abs((1.0 - got) - (1.0 - wanted)) / (1.0 - wanted))
+    if off > 1e-3:
+        warnings.warn(
+            f"inject_hyperparams({owner}): {name}={wanted:g} is not representable in "
+            f"{jnp.dtype(dtype).name}; it is stored as {got:g} ({off:.1%} off).",
+            stacklevel=2,
+        )
+
+
+def inject_hyperparams(
+    factory: Callable[..., Any],
+    static_args: tuple[str, ...] | str = (),
+    hyperparam_dtype: Any = None,
+) -> Callable[..., InjectHyperparams]:
+    """Keep a transformation's numeric hyperparameters in its state, by name.
+
+    `inject_hyperparams(gradtx.adam)(learning_rate=schedule, b1=0.9)` returns a
+    transformation whose state holds `learning_rate` and `b1` (float32 by default); each step
+    it evaluates the schedules at its step count, reads the other values from the state, and
+    runs `adam` built with them. Values can be read with `gradtx.hyperparams(state)` and set
+    with `gradtx.set_hyperparams(state, {...})` between steps without recompiling. Wrapping
+    does not change the numerics: `inject_hyperparams(adam)(learning_rate=x)` gives exactly
+    what `adam(learning_rate=x)` gives.
+
+    Which arguments are hyperparameters is decided by kind, never guessed from a value alone:
+    numbers and numeric arrays are hyperparameters; gradtx schedules are schedules; a plain
+    function is a schedule only for a numeric argument (one with a numeric default, or a
+    required one) not named like a mask (`mask`, `where`, `labels`, ...), so a function passed
+    as `mask=` stays a mask; a Python int for an argument whose default is an int stays
+    static; selectors, dtypes, bools, `None` and everything else are static. Name an argument
+    in `static_args` to force it static.
+
+    Args:
+        factory: a function returning a transformation (`gradtx.adam`, `gradtx.sgd`, a
+            `chain` builder, or an optax factory).
+        static_args: names of arguments to keep static whatever their kind.
+        hyperparam_dtype: the dtype hyperparameters are kept in (default float32).
+            `gradtx.explain` warns when a value is not representable in it.
+
+    Returns:
+        A function taking the factory's arguments and returning the transformation. Its state
+        is an `InjectState(count, hyperparams, inner)`.
+
+    Examples:
+        >>> tx = gradtx.inject_hyperparams(gradtx.adamw)(
+        ...     learning_rate=gradtx.schedules.linear(0.1, 0.0, 10), mask="**/w"
+        ... )
+        >>> state = tx.init({"w": jnp.ones(2)})
+        >>> sorted(gradtx.hyperparams(state))
+        ['b1', 'b2', 'eps', 'eps_root', 'learning_rate', 'weight_decay']
+    """
+    if not callable(factory):
+        raise TypeError(f"inject_hyperparams: `factory` must be callable, got {factory!r}")
+    forced = (static_args,) if isinstance(static_args, str) else tuple(static_args)
+    dtype = jnp.dtype(jnp.float32 if hyperparam_dtype is None else hyperparam_dtype)
+    label = getattr(factory, "__name__", "inject_hyperparams")
+    try:
+        signature: inspect.Signature | None = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None
+
+    def build(*args: Any, **kwargs: Any) -> InjectHyperparams:
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"inject_hyperparams({label}): {e}") from None
+            bound.apply_defaults()  # defaults are hyperparameters too: readable and settable
+            given = dict(bound.arguments)
+            defaults = {n: p.default for n, p in signature.parameters.items()}
+            for name, param in signature.parameters.items():
+                if param.kind is param.VAR_KEYWORD and name in given:
+                    given.update(given.pop(name))
+                if param.kind is param.VAR_POSITIONAL and name in given:
+                    if given.pop(name):
+                        raise TypeError(
+                            f"inject_hyperparams({label}): pass the arguments by name, not *{name}."
+                        )
+        else:
+            if args:
+                raise TypeError(f"inject_hyperparams({label}): pass the arguments by name.")
+            given, defaults = dict(kwargs), {}
+        unknown = [n for n in forced if n not in given and n not in defaults]
+        if unknown:
+            raise TypeError(f"inject_hyperparams({label}): static_args {unknown} are not arguments")
+        hparams, statics = {}, []
+        for name, value in given.items():
+            default = defaults.get(name, inspect.Parameter.empty)
+            if name not in forced and _is_hyperparameter(name, value, default):
+                if _is_plain_function(value):
+                    value = FunctionSchedule(value)
+                elif not isinstance(value, Schedule):
+                    value = jnp.asarray(value, jnp.float32)
+                    if value.shape != ():
+                        raise ValueError(
+                            f"inject_hyperparams({label}): hyperparameter {name!r} must be a "
+                            f"scalar, got shape {value.shape}"
+                        )
+                hparams[name] = value
+            else:
+                statics.append((name, StaticValue(value)))
+        return InjectHyperparams(factory, hparams, tuple(statics), dtype, label)
+
+    build.__name__ = f"inject_hyperparams({label})"
+    build.__doc__ = f"Build `{label}` with its numeric hyperparameters kept in the state."
+    return build

@@ -1,0 +1,155 @@
+"""Lookahead (Zhang et al., 2019): slow weights that follow the fast ones every k steps."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from gradtx._combinators.accumulate import check_count
+from gradtx._core.describe import own_hyperparams, present_paths
+from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.module import field, hyperparam, static
+from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._transforms.adam import _dtype_or_none
+
+__all__ = ["Lookahead", "lookahead"]
+
+
+class Lookahead(Transformation):
+    """Fast steps by an inner transformation, pulled back to slow weights (see `lookahead`)."""
+
+    name: ClassVar[str] = "lookahead"
+    fast: Any = field(converter=as_transformation)
+    sync_period: int = static()
+    alpha: Any = hyperparam()
+    accumulator_dtype: Any = static(None, converter=_dtype_or_none)
+
+    def __check__(self) -> None:
+        check_count(self.sync_period, "lookahead: sync_period", 1)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The fast state `fast`, the gap `fast_minus_slow` and the step `count`."""
+        return ("fast", "fast_minus_slow", "count")
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The fast transformation's frozen paths."""
+        return self.fast.frozen_paths(params)
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The fast transformation's steps, then this one with `sync_period` and `alpha`."""
+        entry = (self.name, {"sync_period": self.sync_period, **own_hyperparams(self, step)})
+        fast = self.fast.describe(params, step)
+        return {path: [*fast.get(path, []), entry] for path in present_paths(params)}
+
+    def init(self, params: Any) -> dict:
+        """The fast state, a zero gap (the slow weights are the params) and zero counts."""
+
+        def leaf_init(param: Any) -> dict[str, Any]:
+            gap = zeros_for(param, self.accumulator_dtype)
+            return {"fast_minus_slow": gap, "count": jnp.zeros((), jnp.int32)}
+
+        slots = init_slots(params, leaf_init, ("fast_minus_slow", "count"))
+        return {"fast": self.fast.init(params), **slots}
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """A fast step; every `sync_period`-th step of a path, move it to the new slow weight."""
+        check_state_keys(self.name, state, self.state_keys())
+        fast_updates, fast_state = self.fast.update(updates, state["fast"], params, **extra)
+        keep = 1 - self.alpha
+
+        def sync(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+            count = slots["count"] + jnp.int32(1)
+            at_sync = count % jnp.int32(self.sync_period) == 0
+            dtype = compute_dtype(u, slots["fast_minus_slow"])
+            step = u.astype(dtype)
+            gap = slots["fast_minus_slow"].astype(dtype) + step  # theta + u - phi
+            # u' = phi + alpha * gap - theta = u - (1 - alpha) * gap: no weights involved
+            out = jnp.where(at_sync, step - keep.astype(dtype) * gap, step)
+            new_gap = jnp.where(at_sync, jnp.zeros_like(gap), gap)
+            return out.astype(u.dtype), {"fast_minus_slow": new_gap, "count": count}
+
+        slots = {"fast_minus_slow": state["fast_minus_slow"], "count": state["count"]}
+        new_updates, slots = update_slots(sync, fast_updates, slots, owner=self.name)
+        return new_updates, {"fast": fast_state, **slots}
+
+    def slow_params(self, params: Any, state: dict) -> Any:
+        """The slow weights, `params - fast_minus_slow`, shaped like `params`.
+
+        Args:
+            params: the params (the fast weights) after the last update was applied.
+            state: this transformation's state after that update.
+
+        Examples:
+            >>> tx = gradtx.lookahead(gradtx.sgd(1.0), sync_period=3)
+            >>> params = {"w": jnp.zeros(1)}
+            >>> state = tx.init(params)
+            >>> u, state = tx.update({"w": jnp.array([-1.0])}, state)
+            >>> params = gradtx.apply_updates(params, u)
+            >>> params["w"], tx.slow_params(params, state)["w"]
+            (Array([1.], dtype=float32), Array([0.], dtype=float32))
+        """
+        check_state_keys(self.name, state, self.state_keys())
+
+        def slow(param: Any, slots: dict, _: Any) -> tuple[Any, dict]:
+            gap = slots["fast_minus_slow"]
+            dtype = compute_dtype(param, gap)
+            return (param.astype(dtype) - gap.astype(dtype)).astype(param.dtype), {}
+
+        gaps = {"fast_minus_slow": state["fast_minus_slow"]}
+        return update_slots(slow, params, gaps, owner=f"{self.name}.slow_params")[0]
+
+
+def lookahead(
+    fast: Any, sync_period: int, alpha: float = 0.5, *, accumulator_dtype: Any = None
+) -> Lookahead:
+    r"""Lookahead: take fast steps, and every `sync_period` steps pull back to slow weights.
+
+    The params are the fast weights $\theta$; the slow weights $\phi$ start equal to the
+    params. Every step takes the fast transformation's update $u_t$. At every
+    `sync_period`-th step of a path ($k$ = `sync_period`, $\alpha$ = `alpha`) the slow weight
+    moves towards the fast one and the params jump to it:
+
+    $$\phi \leftarrow \phi + \alpha\,(\theta_t + u_t - \phi),\qquad
+      u'_t = \phi_{\text{new}} - \theta_t = u_t - (1 - \alpha)\,(\theta_t + u_t - \phi)$$
+
+    so after `apply_updates` the params are the new slow weights and the next $k$ fast steps
+    start from them; at other steps $u'_t = u_t$. The fast transformation's state is kept
+    across synchronisations.
+
+    The state keeps the gap $\theta - \phi$ (the sum of the fast updates since the last
+    synchronisation) rather than $\phi$ itself, so the update is computed from the fast
+    updates alone: $u'_t$ keeps their relative precision (a difference of nearby weights
+    would carry the weights' rounding errors into it), `update` does not need the params,
+    and right after a synchronisation the params *are* the slow weights, exactly. Read the
+    slow weights, to evaluate with them, with `tx.slow_params(params, state)`.
+
+    Each path counts its own steps, so a path without a gradient at a step (`None`) neither
+    moves nor counts that step. Apply the updates as they are: changing them after
+    `lookahead` (clipping them, say) moves the slow weights along.
+
+    Args:
+        fast: the inner ("fast") transformation, for example `gradtx.adam(1e-3)`.
+        sync_period: $k \ge 1$, the number of fast steps between synchronisations.
+        alpha: the slow step size $\alpha$ (a float32 hyperparameter leaf).
+        accumulator_dtype: dtype of the gap (default: the parameter's dtype).
+
+    State:
+        `fast/...` (the fast transformation's state), `fast_minus_slow/<path>` (the gap
+        $\theta - \phi$) and `count/<path>` (int32, the path's number of steps).
+
+    Examples:
+        >>> tx = gradtx.lookahead(gradtx.sgd(1.0), sync_period=2, alpha=0.5)
+        >>> params = {"w": jnp.zeros(1)}
+        >>> state = tx.init(params)
+        >>> for _ in range(2):
+        ...     u, state = tx.update({"w": jnp.array([-1.0])}, state)
+        ...     params = gradtx.apply_updates(params, u)
+        ...     print(params["w"], tx.slow_params(params, state)["w"])
+        [1.] [0.]
+        [1.] [1.]
+
+    References:
+        Zhang, Lucas, Hinton & Ba, "Lookahead Optimizer: k steps forward, 1 step back", 2019.
+    """
+    return Lookahead(fast, sync_period, alpha, accumulator_dtype)

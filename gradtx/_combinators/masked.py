@@ -1,0 +1,140 @@
+"""`masked`: run a transformation on the paths a selector picks; other updates pass through."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._core.module import static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._paths.paths import flatten
+from gradtx._paths.selectors import SelectorError, as_selector, select
+from gradtx._paths.subset import any_present, merge_by_path, restrict
+
+__all__ = ["Masked", "masked", "selection", "strictly"]
+
+T = TypeVar("T")
+
+
+def _with_placeholders(tree: Any) -> Any:
+    """`tree` with its `None` leaves replaced by float32 scalars' shapes."""
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((), jnp.float32) if x is None else x,
+        tree,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def strictly(resolve: Callable[[Any, bool], T], tree: Any) -> T:
+    """`resolve(tree, strict=True)`, lenient for groups emptied by an outer combinator.
+
+    A selector matching only paths that are `None` here (paths an outer combinator gave to
+    another group) is no typo: the empty group is then resolved leniently.
+    """
+    try:
+        return resolve(tree, True)
+    except SelectorError:
+        if not any(x is None for x in flatten(tree)[1]):
+            raise
+        resolve(_with_placeholders(tree), True)  # still raises for a real typo
+        return resolve(tree, False)
+
+
+def selection(params: Any, updates: Any, selector: Any, argument: str) -> frozenset[str]:
+    """The paths `selector` picks in `params` when given (the full tree), else in `updates`.
+
+    Not strict, since a partial update may hold none of them.
+    """
+    tree = updates if params is None else params
+    return frozenset(select(tree, selector, strict=False, argument=argument))
+
+
+class Masked(Transformation):
+    """`inner` on the selected paths, identity elsewhere (see `masked`)."""
+
+    inner: Any = None
+    mask: Any = static(None)
+    label: str = static("masked")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The key of this step's state inside a chain."""
+        return self.label
+
+    def _argument(self) -> str:
+        return f"{self.label}(mask={self.mask!r})"
+
+    def init(self, params: Any) -> Any:
+        """The inner state for the selected paths only; a mask selecting nothing raises."""
+        chosen = frozenset(
+            strictly(
+                lambda tree, strict: select(
+                    tree, self.mask, strict=strict, argument=self._argument()
+                ),
+                params,
+            )
+        )
+        return self.inner.init(restrict(params, chosen, self.label))
+
+    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+        """The inner update on the selected present paths; others pass through.
+
+        A call without any selected gradient leaves the state untouched.
+        """
+        chosen = selection(params, updates, self.mask, self._argument())
+        group = restrict(updates, chosen, self.label)
+        if not any_present(group):
+            return updates, state
+        result, state = self.inner.update(
+            group, state, restrict(params, chosen, self.label), **extra
+        )
+        return merge_by_path(updates, [(group, result)]), state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The inner's frozen paths among the selected ones."""
+        chosen = selection(params, None, self.mask, self._argument())
+        return self.inner.frozen_paths(restrict(params, chosen, self.label))
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """The inner's description of the selected paths (after `[name]` if one was given)."""
+        chosen = selection(params, None, self.mask, self._argument())
+        inner = self.inner.describe(restrict(params, chosen, self.label), step)
+        if self.label == "masked":
+            return inner
+        return {path: [(f"[{self.label}]", {}), *steps] for path, steps in inner.items()}
+
+
+def masked(inner: Any, mask: Any, *, name: str = "masked") -> Masked:
+    """Apply `inner` only where `mask` selects; elsewhere updates pass through unchanged.
+
+    The inner state holds the selected paths only (no placeholder nodes), so its memory is
+    what `inner` would use on the selected parameters alone. Masks nest:
+    `masked(masked(tx, a), b)` applies `tx` where both `a` and `b` select. A gradient update
+    that holds none of the selected paths (a partial update of other parameters) leaves the
+    inner state, counts and schedules included, exactly as it was.
+
+    Args:
+        inner: the transformation to apply (gradtx or optax-style).
+        mask: a selector (glob, list of globs, regex, bool tree, `f(path, leaf)` or
+            `f(params) -> bool tree`; see `gradtx.paths`). One that selects nothing raises at
+            `init`, naming the selector and the tree's paths.
+        name: the key of this step's state inside a chain (and the group name that
+            `gradtx.hyperparams` shows for hyperparameters injected inside it).
+
+    Returns:
+        A transformation whose state is the inner state.
+
+    Examples:
+        >>> tx = gradtx.masked(gradtx.adam(0.1), "**/w")
+        >>> params = {"w": jnp.ones(2), "b": jnp.ones(2)}
+        >>> sorted(gradtx.state_dict(tx.init(params)))
+        ['count/w', 'mu/w', 'nu/w']
+        >>> u, _ = tx.update({"w": jnp.ones(2), "b": jnp.ones(2)}, tx.init(params))
+        >>> u["b"]
+        Array([1., 1.], dtype=float32)
+    """
+    inner = as_transformation(inner, "masked(inner)")
+    return Masked(inner, as_selector(mask, "masked(mask=...)"), name)

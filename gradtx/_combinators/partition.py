@@ -1,0 +1,145 @@
+"""`partition` (optax's `multi_transform`): one transformation per label, one state per label."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from gradtx._combinators.masked import strictly
+from gradtx._core.module import static
+from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.static_value import StaticValue
+from gradtx._paths.selectors import LabelError, resolve_labels
+from gradtx._paths.subset import any_present, merge_by_path, restrict
+
+__all__ = ["Partition", "multi_transform", "partition"]
+
+
+class Partition(Transformation):
+    """One inner transformation per label (see `partition`)."""
+
+    transforms: dict = None  # type: ignore[assignment]
+    labels: Any = static(None)
+    label: str = static("partition")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """The key of this step's state inside a chain."""
+        return self.label
+
+    def _groups(self, params: Any, updates: Any, strict: bool) -> dict[Hashable, frozenset[str]]:
+        def resolve(tree: Any, strict: bool) -> dict[str, Hashable]:
+            return resolve_labels(
+                tree,
+                self.labels.value,
+                known=tuple(self.transforms),
+                argument=f"{self.label}(labels=...)",
+                strict=strict,
+            )
+
+        tree = updates if params is None else params
+        by_path = strictly(resolve, tree) if strict else resolve(tree, False)
+        groups: dict[Hashable, set[str]] = {label: set() for label in self.transforms}
+        for path, label in by_path.items():
+            groups[label].add(path)
+        return {label: frozenset(paths) for label, paths in groups.items()}
+
+    def init(self, params: Any) -> dict:
+        """`{label: inner.init(params of that label)}`; every leaf needs exactly one label."""
+        groups = self._groups(params, None, strict=True)
+        return {
+            label: tx.init(restrict(params, groups[label], f"{self.label}[{label!r}]"))
+            for label, tx in self.transforms.items()
+        }
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Each label's inner update on its present paths.
+
+        A label with no gradient in `updates` keeps its state (counts and schedules included)
+        exactly as it was.
+        """
+        if not isinstance(state, Mapping) or set(state) != set(self.transforms):
+            found = list(state) if isinstance(state, Mapping) else type(state).__name__
+            raise KeyError(
+                f"{self.label}: expected the state made by its init, with one entry per label "
+                f"{list(self.transforms)}, got {found}."
+            )
+        groups = self._groups(params, updates, strict=False)
+        new_state, parts = dict(state), []
+        for label, tx in self.transforms.items():
+            owner = f"{self.label}[{label!r}]"
+            group = restrict(updates, groups[label], owner)
+            if not any_present(group):
+                continue
+            result, new_state[label] = tx.update(
+                group, state[label], restrict(params, groups[label], owner), **extra
+            )
+            parts.append((group, result))
+        return merge_by_path(updates, parts), new_state
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The union of each label's frozen paths."""
+        groups = self._groups(params, None, strict=False)
+        out: frozenset[str] = frozenset()
+        for label, tx in self.transforms.items():
+            out |= tx.frozen_paths(restrict(params, groups[label], self.label))
+        return out
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """Each path's label, then its label's inner steps."""
+        groups = self._groups(params, None, strict=False)
+        out: dict[str, list[tuple[str, dict]]] = {}
+        for label, tx in self.transforms.items():
+            inner = tx.describe(restrict(params, groups[label], self.label), step)
+            for path, steps in inner.items():
+                out[path] = [(f"[{label}]", {}), *steps]
+        return out
+
+
+def partition(
+    transforms: Mapping[Hashable, Any], labels: Any, *, name: str = "partition"
+) -> Partition:
+    """Give each parameter group its own transformation and its own state.
+
+    Every leaf gets exactly one label; the transformation of that label updates it, with a
+    state holding that label's paths only. Each label's counters and schedules are its own,
+    and an update that holds no gradient for a label (a partial update of another model)
+    leaves that label's state exactly as it was, so two models in one `partition` updated in
+    turn give what two separate optimizers give.
+
+    Args:
+        transforms: `{label: transformation}`.
+        labels: `{label: selector}` (globs, regex, bool trees, functions; see `gradtx.paths`),
+            a function `path -> label`, or a pytree of labels shaped like the params (or a
+            prefix of them). An unlabelled or doubly labelled path, or a label missing from
+            `transforms`, raises and names the path.
+        name: the key of this step's state inside a chain.
+
+    Returns:
+        A transformation whose state is `{label: that label's inner state}`.
+
+    Examples:
+        >>> tx = gradtx.partition(
+        ...     {"enc": gradtx.adam(1e-3), "head": gradtx.sgd(0.1)},
+        ...     {"enc": "encoder/**", "head": "head/**"},
+        ... )
+        >>> params = {"encoder": {"w": jnp.ones(2)}, "head": {"w": jnp.ones(2)}}
+        >>> sorted(gradtx.state_dict(tx.init(params)))
+        ['enc/count/encoder/w', 'enc/mu/encoder/w', 'enc/nu/encoder/w']
+    """
+    if not isinstance(transforms, Mapping) or not transforms:
+        raise TypeError(
+            f"{name}: `transforms` must be a non-empty dict {{label: transformation}}, "
+            f"got {transforms!r}"
+        )
+    for label in transforms:
+        if not isinstance(label, (str, int)):
+            raise LabelError(f"{name}: labels must be str or int, got {label!r}")
+    txs = {
+        label: as_transformation(tx, f"{name}(transforms[{label!r}])")
+        for label, tx in transforms.items()
+    }
+    return Partition(txs, StaticValue(labels), name)
+
+
+multi_transform = partition

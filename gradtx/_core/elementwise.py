@@ -1,0 +1,152 @@
+"""Base class of transformations whose math is written for one array."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._core.lift import init_slots, update_slots
+from gradtx._core.module import Module
+from gradtx._core.protocol import Transformation, check_state_keys
+
+__all__ = ["ElementwiseTransform", "hyperparam_at"]
+
+
+def hyperparam_at(value: Any, count: Any) -> Any:
+    """A hyperparameter's float32 value at step `count` (schedules and functions are called)."""
+    if isinstance(value, Module) or callable(value):
+        return jnp.asarray(value(count), jnp.float32)
+    return value
+
+
+class ElementwiseTransform(Transformation):
+    """A transformation defined by per-array math; the tree plumbing is shared.
+
+    Subclasses define:
+        state_keys() -> names of the per-path slots (e.g. `("mu", "nu", "count")`)
+        init_leaf(param) -> {slot: array}
+        update_leaf(g, slots, param) -> (update, {slot: new array})
+        selected_paths(updates, params) -> set of paths to transform, or None for all
+        masked_update_leaf(g, slots, param, selected) -> (update, {slot: new array}), optional:
+            the math on a packed buffer of which only the `selected` elements are transformed
+
+    State: `{slot: {path: array}}`; stateless transformations have `{}`. The slots named in
+    `step_count_slots` are `StepCounts` mappings instead, advanced by the lifting helper.
+
+    `update_leaf` must be a pure function of the transformation and its arguments that
+    returns arrays: inside a trace, math of more than a few operations is traced once per
+    transformation and leaf signature and called for every leaf of that signature.
+    """
+
+    needs_params: ClassVar[bool] = False
+    # True when the math needs each leaf's own array (per-leaf norms, matrix shapes): packed
+    # params are then processed leaf by leaf instead of buffer by buffer.
+    per_leaf_structure: ClassVar[bool] = False
+    # Slots that count a path's updates: zero at `init_leaf`, one more per `update_leaf`. They
+    # are stored as `StepCounts` (one scalar shared by the paths that count alike), and the
+    # lifting helper advances them itself.
+    step_count_slots: ClassVar[tuple[str, ...]] = ("count", "schedule_count")
+
+    def state_keys(self) -> tuple[str, ...]:
+        """Names of the per-path slots this transformation keeps."""
+        return ()
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """Initial slots for one parameter."""
+        return {}
+
+    def update_leaf(self, g: Any, slots: dict[str, Any], param: Any) -> tuple[Any, dict]:
+        """Per-array math: the new update and the changed slots."""
+        raise TypeError(f"{type(self).__name__} does not define update_leaf")
+
+    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+        """Paths to transform (others pass through); `None` means every present path."""
+        return None
+
+    # Optional `(g, slots, param, selected) -> (update, changed slots)`: `update_leaf` where
+    # the bool array `selected` is true, the inputs unchanged elsewhere, on a packed buffer
+    # that `selected_paths` splits. Without it the helper selects between `update_leaf`'s
+    # results and the inputs, which reads `g` twice (see `AddDecayedWeights`).
+    masked_update_leaf: ClassVar[Callable[..., tuple[Any, dict]] | None] = None
+
+    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+        """Every selected path, with this transformation's hyperparameters at `step`."""
+        described = super().describe(params, step)
+        chosen = self.selected_paths(params, params)
+        if chosen is None:
+            return described
+        return {path: steps for path, steps in described.items() if path in chosen}
+
+    def check_state(self, state: Any) -> None:
+        """Raise a clear error if `state` was not made by this transformation's `init`."""
+        check_state_keys(self.name, state, self.state_keys())
+
+    def init(self, params: Any) -> dict:
+        """Slots for every non-`None` leaf of `params`."""
+        keys = self.state_keys()
+        counts = [k for k in keys if k in self.step_count_slots]
+        return init_slots(params, self.init_leaf, keys, step_counts=counts)
+
+    def update(
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
+        """Apply `update_leaf` to every path present in `updates`."""
+        self.check_state(state)
+        return update_slots(
+            _traced_once(self),
+            updates,
+            state,
+            params,
+            owner=self.name,
+            needs_params=self.needs_params,
+            where=self.selected_paths(updates, params),
+            per_leaf=self.per_leaf_structure,
+            masked_update=self.masked_update_leaf,
+        )
+
+
+def _run_update_leaf(tx: ElementwiseTransform, g: Any, slots: dict, param: Any) -> tuple:
+    return tx.update_leaf(g, slots, param)
+
+
+# Inside a trace, per-array math of some size is a call of one jitted function: JAX traces
+# and lowers it once per transformation and leaf signature instead of once per leaf, and XLA
+# inlines the calls before fusing, so the compiled step is the same (bit-for-bit). On the
+# transformer-like tree (147 leaves) Adam's step traced in 92 ms instead of 277 ms and
+# lowered in 60 instead of 89; on 2000 leaves Lion (9 operations) traced in 0.70 s instead
+# of 2.07 s. Math of one or two operations (momentum, a constant learning rate) costs less
+# to trace again than to call, so it stays inline.
+_update_leaf_once = jax.jit(_run_update_leaf)
+_CALL_FROM = 6  # operations in one leaf's math
+_calls: dict[Any, bool] = {}
+
+
+def _traced_once(tx: ElementwiseTransform) -> Callable[..., tuple[Any, dict]]:
+    """`tx.update_leaf`, called through `_update_leaf_once` when tracing math of some size."""
+    structure = jax.tree.structure(tx)
+
+    def leaf_update(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        if not isinstance(g, jax.core.Tracer):
+            return tx.update_leaf(g, slots, param)
+        key = (structure, _signature(g), _signature(slots), _signature(param))
+        call = _calls.get(key)
+        if call is None:
+            traced = _update_leaf_once.trace(tx, g, slots, param)
+            call = _calls[key] = len(traced.jaxpr.eqns) >= _CALL_FROM
+        if call:
+            return _update_leaf_once(tx, g, slots, param)
+        return tx.update_leaf(g, slots, param)
+
+    return leaf_update
+
+
+def _signature(tree: Any) -> tuple:
+    """The dtypes of `tree`'s arrays and which are scalars.
+
+    That is what the size of one leaf's math depends on; a shape does not change it, so
+    leaves of every shape share one decision.
+    """
+    return tuple((jnp.dtype(x.dtype), jnp.ndim(x) == 0) for x in jax.tree.leaves(tree))

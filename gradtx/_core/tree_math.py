@@ -1,0 +1,762 @@
+"""Tree utilities that combine trees by path, not by position.
+
+Every function here matches leaves by their path (`enc/layers/0/w`), so a dict and a
+dataclass with the same paths combine, and two trees whose paths differ raise an error that
+names the first differing path. The result has the structure of the first tree.
+
+A `None` leaf means "nothing here" (a frozen part, a missing gradient): elementwise functions
+return `None` at a path where any input is `None`, and reductions skip it. Reductions
+(`vdot`, `sum`, `norm`, `max`, `min`) accumulate in at least float32, so a bfloat16 tree
+gives a float32 result. Nothing is modified in place.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._core.lift import compute_dtype
+from gradtx._paths.paths import flatten, path_of
+from gradtx._paths.selectors import _is_bool, select
+
+__all__ = [
+    "add",
+    "add_scale",
+    "allclose",
+    "cast",
+    "cast_like",
+    "clip",
+    "div",
+    "full_like",
+    "get",
+    "map_with_path",
+    "max",
+    "min",
+    "mul",
+    "norm",
+    "ones_like",
+    "scale",
+    "set",
+    "size",
+    "sub",
+    "sum",
+    "vdot",
+    "where",
+    "zeros_like",
+]
+
+_SHOWN = 6
+
+
+def _sample(paths: Sequence[str]) -> str:
+    shown = ", ".join(repr(p) for p in paths[:_SHOWN])
+    return f"[{shown}{', ...' if len(paths) > _SHOWN else ''}]"
+
+
+def _aligned(fn: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, tuple, list]:
+    """`(treedef of the first tree, its paths, [leaves of each tree in that path order])`.
+
+    Raises a `ValueError` naming the first path that one tree has and the first lacks.
+    """
+    paths, first, treedef = flatten(trees[0])
+    columns = [first]
+    for name, tree in zip(names[1:], trees[1:]):
+        other_paths, other_leaves, _ = flatten(tree)
+        if other_paths == paths:
+            columns.append(other_leaves)
+            continue
+        index = dict(zip(other_paths, other_leaves))
+        missing = [p for p in paths if p not in index]
+        known = builtins.set(paths)
+        extra = [p for p in other_paths if p not in known]
+        if missing or extra:
+            where = (
+                f"path {missing[0]!r} is in `{names[0]}` but not in `{name}`"
+                if missing
+                else f"path {extra[0]!r} is in `{name}` but not in `{names[0]}`"
+            )
+            raise ValueError(
+                f"tree.{fn}: the trees must have the same paths, but {where}. "
+                f"`{names[0]}` has paths {_sample(paths)}; `{name}` has {_sample(other_paths)}."
+            )
+        columns.append([index[p] for p in paths])
+    return treedef, paths, columns
+
+
+def _map(fn: str, names: Sequence[str], f: Callable, *trees: Any) -> Any:
+    """`f(*leaves)` at each path, `None` where any input is `None`; shaped like `trees[0]`."""
+    treedef, _, columns = _aligned(fn, names, trees)
+    out = [None if any(x is None for x in leaves) else f(*leaves) for leaves in zip(*columns)]
+    return treedef.unflatten(out)
+
+
+def _present(tree: Any) -> list[tuple[str, Any]]:
+    paths, leaves, _ = flatten(tree)
+    return [(p, x) for p, x in zip(paths, leaves) if x is not None]
+
+
+def _same_shape(fn: str, path: str, x: Any, y: Any) -> None:
+    if jnp.shape(x) != jnp.shape(y):
+        raise ValueError(
+            f"tree.{fn}: at path {path!r} the shapes differ: {jnp.shape(x)} and {jnp.shape(y)}."
+        )
+
+
+def _like(scalar: Any, leaf: Any) -> Any:
+    """`scalar` in the dtype of a floating `leaf` (so a float32 scalar keeps bf16 leaves bf16)."""
+    leaf = jnp.asarray(leaf)
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+        return jnp.asarray(scalar).astype(leaf.dtype)
+    return scalar
+
+
+def _times(scalar: Any, leaf: Any) -> Any:
+    """`scalar * leaf` in a floating leaf's dtype; an integer leaf is promoted as by NumPy."""
+    leaf = jnp.asarray(leaf)
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+        return _like(scalar, leaf) * leaf
+    with jax.numpy_dtype_promotion("standard"):  # explicit: int32 * 0.5 is float32
+        return jnp.asarray(scalar) * leaf
+
+
+def _acc(*arrays: Any) -> Any:
+    """The dtype reductions accumulate in: at least float32 (complex stays complex)."""
+    dtype = compute_dtype(*(jnp.asarray(a) for a in arrays))
+    return dtype
+
+
+def _total(parts: list[Any], empty: float = 0.0) -> jax.Array:
+    """The sum of per-leaf scalars, in the widest of their dtypes (float32 for none)."""
+    if not parts:
+        return jnp.asarray(empty, jnp.float32)
+    dtype = compute_dtype(*parts)
+    total = parts[0].astype(dtype)
+    for part in parts[1:]:
+        total = total + part.astype(dtype)
+    return total
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+def add(a: Any, b: Any, *rest: Any) -> Any:
+    """`a + b (+ ...)` leaf by leaf, matched by path.
+
+    Args:
+        a: a tree; the result has its structure.
+        b: a tree with the same paths.
+        *rest: more trees with the same paths.
+
+    Returns:
+        The sum at each path; `None` where any input is `None`.
+
+    Examples:
+        >>> gradtx.tree.add({"w": jnp.ones(2), "b": None}, {"w": jnp.ones(2), "b": 1.0})
+        {'b': None, 'w': Array([2., 2.], dtype=float32)}
+    """
+    names = ["a", "b"] + [f"rest[{i}]" for i in range(len(rest))]
+
+    def plus(*xs: Any) -> Any:
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return total
+
+    return _map("add", names, plus, a, b, *rest)
+
+
+def sub(a: Any, b: Any) -> Any:
+    """`a - b` leaf by leaf, matched by path.
+
+    Args:
+        a: a tree; the result has its structure.
+        b: a tree with the same paths (any container: a dict matches a dataclass).
+
+    Returns:
+        The difference at each path; `None` where either input is `None`.
+
+    Examples:
+        >>> gradtx.tree.sub({"w": jnp.ones(2)}, {"w": jnp.full(2, 0.25)})
+        {'w': Array([0.75, 0.75], dtype=float32)}
+    """
+    return _map("sub", ["a", "b"], lambda x, y: x - y, a, b)
+
+
+def mul(a: Any, b: Any) -> Any:
+    """`a * b` leaf by leaf (elementwise), matched by path.
+
+    Args:
+        a: a tree; the result has its structure.
+        b: a tree with the same paths.
+
+    Returns:
+        The product at each path; `None` where either input is `None`.
+
+    Examples:
+        >>> gradtx.tree.mul({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])})
+        {'w': Array([3., 8.], dtype=float32)}
+    """
+    return _map("mul", ["a", "b"], lambda x, y: x * y, a, b)
+
+
+def div(a: Any, b: Any) -> Any:
+    """`a / b` leaf by leaf (elementwise), matched by path.
+
+    Args:
+        a: a tree; the result has its structure.
+        b: a tree with the same paths.
+
+    Returns:
+        The quotient at each path; `None` where either input is `None`.
+
+    Examples:
+        >>> gradtx.tree.div({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([4.0, 4.0])})
+        {'w': Array([0.25, 0.5 ], dtype=float32)}
+    """
+    return _map("div", ["a", "b"], lambda x, y: x / y, a, b)
+
+
+def scale(scalar: Any, tree: Any) -> Any:
+    """`scalar * tree`, each floating leaf keeping its dtype.
+
+    Args:
+        scalar: a number or scalar array, cast to each floating leaf's dtype (integer leaves
+            are promoted as by NumPy: `int32 * 0.5` is float32).
+        tree: a tree.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.scale(0.5, {"w": jnp.ones(2, jnp.bfloat16), "b": None})
+        {'b': None, 'w': Array([0.5, 0.5], dtype=bfloat16)}
+    """
+    return _map("scale", ["tree"], lambda x: _times(scalar, x), tree)
+
+
+def add_scale(a: Any, scalar: Any, b: Any) -> Any:
+    """`a + scalar * b` leaf by leaf, matched by path.
+
+    Args:
+        a: a tree; the result has its structure.
+        scalar: a number or scalar array (cast to each floating leaf's dtype).
+        b: a tree with the same paths.
+
+    Returns:
+        The result at each path; `None` where either input is `None`.
+
+    Examples:
+        >>> gradtx.tree.add_scale({"w": jnp.ones(2)}, -0.1, {"w": jnp.full(2, 5.0)})
+        {'w': Array([0.5, 0.5], dtype=float32)}
+    """
+
+    def one(x: Any, y: Any) -> Any:
+        scaled = _times(scalar, y)
+        if jnp.asarray(x).dtype == scaled.dtype:
+            return x + scaled
+        with jax.numpy_dtype_promotion("standard"):  # integer leaves, promoted as by NumPy
+            return x + scaled
+
+    return _map("add_scale", ["a", "b"], one, a, b)
+
+
+def zeros_like(tree: Any, dtype: Any = None) -> Any:
+    """Zeros shaped like each leaf.
+
+    Args:
+        tree: a tree.
+        dtype: the leaves' dtype; by default each leaf's own.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.zeros_like({"w": jnp.ones(2), "frozen": None})
+        {'frozen': None, 'w': Array([0., 0.], dtype=float32)}
+    """
+    return _map("zeros_like", ["tree"], lambda x: jnp.zeros_like(x, dtype=dtype), tree)
+
+
+def ones_like(tree: Any, dtype: Any = None) -> Any:
+    """Ones shaped like each leaf.
+
+    Args:
+        tree: a tree.
+        dtype: the leaves' dtype; by default each leaf's own.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.ones_like({"w": jnp.zeros(2)}, dtype=jnp.int32)
+        {'w': Array([1, 1], dtype=int32)}
+    """
+    return _map("ones_like", ["tree"], lambda x: jnp.ones_like(x, dtype=dtype), tree)
+
+
+def full_like(tree: Any, fill_value: Any, dtype: Any = None) -> Any:
+    """`fill_value` shaped like each leaf.
+
+    Args:
+        tree: a tree.
+        fill_value: the value of every element.
+        dtype: the leaves' dtype; by default each leaf's own.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.full_like({"w": jnp.zeros(2)}, 3.0)
+        {'w': Array([3., 3.], dtype=float32)}
+    """
+    return _map("full_like", ["tree"], lambda x: jnp.full_like(x, fill_value, dtype=dtype), tree)
+
+
+def cast(tree: Any, dtype: Any) -> Any:
+    """Every leaf cast to `dtype` (all leaves, integer ones included).
+
+    Args:
+        tree: a tree.
+        dtype: the target dtype; `None` returns the leaves as they are.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.cast({"w": jnp.ones(2)}, jnp.bfloat16)
+        {'w': Array([1, 1], dtype=bfloat16)}
+    """
+    if dtype is None:
+        return _map("cast", ["tree"], lambda x: x, tree)
+    return _map("cast", ["tree"], lambda x: jnp.asarray(x).astype(dtype), tree)
+
+
+def cast_like(tree: Any, other: Any) -> Any:
+    """Each leaf of `tree` cast to the dtype of `other`'s leaf at the same path.
+
+    Args:
+        tree: a tree; the result has its structure.
+        other: a tree with the same paths, giving the dtypes.
+
+    Returns:
+        The cast leaves; `None` where either input is `None`.
+
+    Examples:
+        >>> params = {"w": jnp.ones(2, jnp.bfloat16)}
+        >>> gradtx.tree.cast_like({"w": jnp.full(2, 0.5)}, params)
+        {'w': Array([0.5, 0.5], dtype=bfloat16)}
+    """
+    return _map(
+        "cast_like",
+        ["tree", "other"],
+        lambda x, y: jnp.asarray(x).astype(jnp.asarray(y).dtype),
+        tree,
+        other,
+    )
+
+
+def clip(tree: Any, min_value: Any = None, max_value: Any = None) -> Any:
+    """Each element clipped to `[min_value, max_value]`, each leaf keeping its dtype.
+
+    Args:
+        tree: a tree.
+        min_value: the lower bound (a scalar), or `None` for none; for integer leaves it is
+            rounded up.
+        max_value: the upper bound (a scalar), or `None` for none; for integer leaves it is
+            rounded down.
+
+    Returns:
+        A tree shaped like `tree`; `None` leaves stay `None`.
+
+    Examples:
+        >>> gradtx.tree.clip({"w": jnp.array([-2.0, 0.5, 3.0])}, -1.0, 1.0)
+        {'w': Array([-1. ,  0.5,  1. ], dtype=float32)}
+    """
+
+    def bound(value: Any, x: Any, round_: Callable) -> Any:
+        if value is None or jnp.issubdtype(x.dtype, jnp.inexact):
+            return None if value is None else _like(value, x)
+        return round_(jnp.asarray(value)).astype(x.dtype)  # integer leaves: whole bounds
+
+    def one(x: Any) -> Any:
+        x = jnp.asarray(x)
+        return jnp.clip(x, bound(min_value, x, jnp.ceil), bound(max_value, x, jnp.floor))
+
+    return _map("clip", ["tree"], one, tree)
+
+
+def _is_bool_leaf(x: Any) -> bool:
+    return isinstance(x, (bool, np.bool_)) or getattr(x, "dtype", None) == np.bool_
+
+
+def _elementwise_bools(cond: Any) -> bool:
+    """True for a tree of bool arrays to apply elementwise (not a tree of concrete bools)."""
+    if isinstance(cond, (str, re.Pattern)):
+        return False
+    try:
+        leaves = [x for _, x in _present(cond)]
+    except Exception:
+        return False
+    if not leaves or not builtins.all(_is_bool_leaf(x) for x in leaves):
+        return False
+    return not builtins.all(_is_bool(x) and not isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def where(cond: Any, a: Any, b: Any, *, strict: bool = True) -> Any:
+    """`a` where `cond` holds, `b` elsewhere, matched by path.
+
+    `cond` is either a selector (a glob, list of globs, compiled regex, function, or a tree of
+    Python bools that may be a prefix of the tree, see `gradtx.paths.select`), which picks
+    whole leaves of `a` by path, or a tree of bool arrays with the same paths as `a`, applied
+    elementwise as `jnp.where`.
+
+    Args:
+        cond: a selector or a tree of bool arrays.
+        a: a tree; the result has its structure.
+        b: a tree with the same paths.
+        strict: with a selector, raise if it matches no path (it is almost always a typo).
+
+    Returns:
+        The chosen leaves; `None` where `a` or `b` is `None`.
+
+    Examples:
+        >>> a = {"enc": {"w": jnp.ones(2)}, "head": {"w": jnp.ones(2)}}
+        >>> gradtx.tree.where("enc", a, gradtx.tree.zeros_like(a))["head"]
+        {'w': Array([0., 0.], dtype=float32)}
+        >>> mask = {"enc": {"w": jnp.array([True, False])}, "head": {"w": jnp.array([False, True])}}
+        >>> gradtx.tree.where(mask, a, gradtx.tree.zeros_like(a))["enc"]
+        {'w': Array([1., 0.], dtype=float32)}
+    """  # noqa: E501
+    if _elementwise_bools(cond):
+        return _map("where", ["a", "b", "cond"], lambda x, y, c: jnp.where(c, x, y), a, b, cond)
+    chosen = builtins.set(select(a, cond, strict=strict, argument="cond"))
+    treedef, paths, (xs, ys) = _aligned("where", ["a", "b"], [a, b])
+    out = [
+        None if x is None or y is None else (x if p in chosen else y)
+        for p, x, y in zip(paths, xs, ys)
+    ]
+    return treedef.unflatten(out)
+
+
+def map_with_path(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """`fn(path, leaf, *rest_leaves)` at each path of `tree`, `rest` matched by path.
+
+    Args:
+        fn: called with the path string (`"enc/layers/0/w"`), the leaf of `tree` and the
+            leaves of `rest` at that path.
+        tree: a tree; the result has its structure.
+        *rest: trees with the same paths.
+
+    Returns:
+        `fn`'s results; `None` (without calling `fn`) where any input is `None`.
+
+    Examples:
+        >>> params = {"w": jnp.ones(2), "bias": jnp.ones(2)}
+        >>> gradtx.tree.map_with_path(lambda p, x: x * 0 if p.endswith("bias") else x, params)
+        {'bias': Array([0., 0.], dtype=float32), 'w': Array([1., 1.], dtype=float32)}
+    """
+    names = ["tree"] + [f"rest[{i}]" for i in range(len(rest))]
+    treedef, paths, columns = _aligned("map_with_path", names, [tree, *rest])
+    out = [
+        None if any(x is None for x in leaves) else fn(p, *leaves)
+        for p, leaves in zip(paths, zip(*columns))
+    ]
+    return treedef.unflatten(out)
+
+
+# --- reductions --------------------------------------------------------------------------------
+
+
+def vdot(a: Any, b: Any) -> jax.Array:
+    """The inner product `sum(conj(a) * b)` over all leaves, accumulated in at least float32.
+
+    Args:
+        a: a tree.
+        b: a tree with the same paths and shapes.
+
+    Returns:
+        A scalar; paths where either input is `None` are skipped.
+
+    Examples:
+        >>> gradtx.tree.vdot({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])})
+        Array(11., dtype=float32)
+    """
+    _, paths, (xs, ys) = _aligned("vdot", ["a", "b"], [a, b])
+    parts = []
+    for p, x, y in zip(paths, xs, ys):
+        if x is None or y is None:
+            continue
+        _same_shape("vdot", p, x, y)
+        dtype = _acc(x, y)
+        x, y = jnp.asarray(x).astype(dtype), jnp.asarray(y).astype(dtype)
+        parts.append(jnp.sum(jnp.conj(x) * y))
+    return _total(parts)
+
+
+def sum(tree: Any) -> jax.Array:
+    """The sum of every element of every leaf, accumulated in at least float32.
+
+    Args:
+        tree: a tree; `None` leaves are skipped.
+
+    Returns:
+        A scalar (0 for a tree with no leaves).
+
+    Examples:
+        >>> gradtx.tree.sum({"w": jnp.ones(3, jnp.bfloat16), "b": [jnp.ones(2), None]})
+        Array(5., dtype=float32)
+    """
+    parts = [jnp.sum(jnp.asarray(x), dtype=_acc(x)) for _, x in _present(tree)]
+    return _total(parts)
+
+
+_ORDS = {1: 1, 2: 2, math.inf: math.inf}
+
+
+def norm(tree: Any, ord: int | float | str = 2, squared: bool = False) -> jax.Array:
+    """The norm of all leaves together, as if concatenated into one vector.
+
+    Args:
+        tree: a tree; `None` leaves are skipped.
+        ord: `1` (sum of absolute values), `2` (Euclidean) or `math.inf` / `"inf"` (largest
+            absolute value).
+        squared: return the norm squared (for `ord=2`, the sum of squares without a square
+            root).
+
+    Returns:
+        A scalar in at least float32 (0 for a tree with no elements).
+
+    Examples:
+        >>> tree = {"a": jnp.array([3.0]), "b": jnp.array([-4.0]), "c": None}
+        >>> gradtx.tree.norm(tree), gradtx.tree.norm(tree, ord=1), gradtx.tree.norm(tree, "inf")
+        (Array(5., dtype=float32), Array(7., dtype=float32), Array(4., dtype=float32))
+    """
+    key = math.inf if isinstance(ord, str) and ord.lower() == "inf" else ord
+    if isinstance(key, str) or key not in _ORDS:
+        raise ValueError(f"tree.norm: `ord` must be 1, 2 or inf, got {ord!r}.")
+    leaves = [jnp.asarray(x) for _, x in _present(tree)]
+    if key == 2:
+        parts = []
+        for x in leaves:
+            y = jnp.abs(x.astype(_acc(x)))
+            parts.append(jnp.sum(y * y))
+        total = _total(parts)
+        return total if squared else jnp.sqrt(total)
+    if key == 1:
+        value = _total([jnp.sum(jnp.abs(x.astype(_acc(x)))) for x in leaves])
+    else:
+        parts = [jnp.max(jnp.abs(x)).astype(_acc(x)) for x in leaves if x.size]
+        dtype = compute_dtype(*parts)
+        value = jnp.zeros((), dtype)
+        for part in parts:
+            value = jnp.maximum(value, part.astype(dtype))
+    return value * value if squared else value
+
+
+def _extremum(fn: str, tree: Any, reduce: Callable, combine: Callable) -> jax.Array:
+    parts = [reduce(jnp.asarray(x)).astype(_acc(x)) for _, x in _present(tree) if jnp.size(x)]
+    if not parts:
+        raise ValueError(f"tree.{fn}: the tree has no elements (only `None` or empty leaves).")
+    dtype = compute_dtype(*parts)
+    value = parts[0].astype(dtype)
+    for part in parts[1:]:
+        value = combine(value, part.astype(dtype))
+    return value
+
+
+def max(tree: Any) -> jax.Array:
+    """The largest element of all leaves, in at least float32.
+
+    Args:
+        tree: a tree with at least one element; `None` and empty leaves are skipped.
+
+    Returns:
+        A scalar.
+
+    Examples:
+        >>> gradtx.tree.max({"a": jnp.array([1.0, 5.0]), "b": [jnp.array(-3.0), None]})
+        Array(5., dtype=float32)
+    """
+    return _extremum("max", tree, jnp.max, jnp.maximum)
+
+
+def min(tree: Any) -> jax.Array:
+    """The smallest element of all leaves, in at least float32.
+
+    Args:
+        tree: a tree with at least one element; `None` and empty leaves are skipped.
+
+    Returns:
+        A scalar.
+
+    Examples:
+        >>> gradtx.tree.min({"a": jnp.array([1.0, 5.0]), "b": [jnp.array(-3.0), None]})
+        Array(-3., dtype=float32)
+    """
+    return _extremum("min", tree, jnp.min, jnp.minimum)
+
+
+def size(tree: Any) -> int:
+    """The number of elements in all leaves together (a Python int, static under `jit`).
+
+    Args:
+        tree: a tree; `None` leaves count as 0.
+
+    Returns:
+        The total number of elements.
+
+    Examples:
+        >>> gradtx.tree.size({"w": jnp.ones((2, 3)), "b": jnp.ones(3), "frozen": None})
+        9
+    """
+    return int(builtins.sum(int(np.prod(jnp.shape(x))) for _, x in _present(tree)))
+
+
+def allclose(
+    a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> jax.Array:
+    """Whether every leaf of `a` is close to `b`'s leaf at the same path (as `jnp.allclose`).
+
+    Leaves are compared in the wider of their two dtypes (at least float32). A path where
+    both trees have `None` is skipped; `None` in only one of them makes the trees not close.
+
+    Args:
+        a: a tree.
+        b: a tree with the same paths and shapes.
+        rtol: relative tolerance.
+        atol: absolute tolerance.
+        equal_nan: count NaNs at the same position as equal.
+
+    Returns:
+        A bool scalar array (usable under `jit`).
+
+    Examples:
+        >>> a = {"w": jnp.ones(2, jnp.bfloat16)}
+        >>> gradtx.tree.allclose(a, {"w": jnp.full(2, 1.001)}, rtol=1e-2)
+        Array(True, dtype=bool)
+    """
+    _, paths, (xs, ys) = _aligned("allclose", ["a", "b"], [a, b])
+    result = jnp.asarray(True)
+    for p, x, y in zip(paths, xs, ys):
+        if x is None and y is None:
+            continue
+        if x is None or y is None:
+            return jnp.asarray(False)
+        _same_shape("allclose", p, x, y)
+        dtype = _acc(x, y)
+        close = jnp.allclose(
+            jnp.asarray(x).astype(dtype),
+            jnp.asarray(y).astype(dtype),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=equal_nan,
+        )
+        result = result & close
+    return result
+
+
+# --- access by path ----------------------------------------------------------------------------
+
+
+def _children(node: Any) -> tuple[list[tuple[str, Any]], Any] | None:
+    """`([(key string, child), ...], one-level treedef)`, or None if `node` is a leaf."""
+    if node is None:
+        return None
+    keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+    if treedef.num_nodes == 1 and len(keyed) == 1 and keyed[0][0] == ():
+        return None  # a leaf
+    return [(path_of(kp), child) for kp, child in keyed], treedef
+
+
+class _PathNotFound(KeyError):
+    """No leaf or subtree at a path (a `KeyError` whose message reads as text)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _walk(node: Any, rest: str, replace: Callable[[Any], Any] | None) -> tuple[Any, Any]:
+    """`(subtree at rest, node with it replaced by replace(subtree) if given)`."""
+    if rest == "":
+        return node, (replace(node) if replace is not None else node)
+    split = _children(node)
+    if split is not None:
+        children, treedef = split
+        for i, (key, child) in enumerate(children):
+            if rest == key or rest.startswith(key + "/"):
+                found, new_child = _walk(child, rest[len(key) + 1 :], replace)
+                if replace is None:
+                    return found, node
+                new = [c for _, c in children]
+                new[i] = new_child
+                return found, treedef.unflatten(new)
+    raise _PathNotFound(rest)
+
+
+def _at(fn: str, tree: Any, path: str, replace: Callable[[Any], Any] | None = None) -> tuple:
+    if not isinstance(path, str):
+        raise TypeError(f"tree.{fn}: `path` must be a string like 'enc/w', got {path!r}.")
+    try:
+        return _walk(tree, path, replace)
+    except _PathNotFound:
+        raise _PathNotFound(
+            f"tree.{fn}: no leaf or subtree at path {path!r}. The tree's paths are "
+            f"{_sample(flatten(tree)[0])}."
+        ) from None
+
+
+def get(tree: Any, path: str) -> Any:
+    """The leaf, or the subtree, at `path`.
+
+    Args:
+        tree: a tree.
+        path: a path as rendered by `gradtx.paths.paths` (`"enc/layers/0/w"`), or the path of
+            a subtree (`"enc"`); `""` is the whole tree.
+
+    Returns:
+        The leaf or subtree (a `None` leaf is returned as `None`).
+
+    Raises:
+        KeyError: if no leaf or subtree has that path; the message lists the tree's paths.
+
+    Examples:
+        >>> params = {"enc": {"layers": [{"w": jnp.ones(2)}]}}
+        >>> gradtx.tree.get(params, "enc/layers/0/w")
+        Array([1., 1.], dtype=float32)
+        >>> gradtx.tree.get(params, "enc/layers")
+        [{'w': Array([1., 1.], dtype=float32)}]
+    """
+    return _at("get", tree, path)[0]
+
+
+def set(tree: Any, path: str, value: Any) -> Any:
+    """A new tree with the leaf (or subtree) at `path` replaced by `value`.
+
+    The input is never modified: the containers along `path` are rebuilt and everything else
+    is shared.
+
+    Args:
+        tree: a tree.
+        path: the path of an existing leaf or subtree (`""` replaces the whole tree).
+        value: the new leaf or subtree (any shape, dtype or structure).
+
+    Returns:
+        The new tree.
+
+    Raises:
+        KeyError: if no leaf or subtree has that path.
+
+    Examples:
+        >>> params = {"enc": {"w": jnp.ones(2)}, "head": [jnp.ones(1)]}
+        >>> new = gradtx.tree.set(params, "head/0", jnp.zeros(1))
+        >>> new["head"], params["head"]
+        ([Array([0.], dtype=float32)], [Array([1.], dtype=float32)])
+    """
+    return _at("set", tree, path, lambda _: value)[1]

@@ -1,0 +1,1 @@
+"""Storage layouts: packed buffers, complex leaves as real pairs, grouped per-path step counts."""

@@ -1,0 +1,182 @@
+"""Per-path step counts stored as one scalar per group of paths that count alike.
+
+A step count advances per path (DESIGN: partial updates advance only the paths present), but
+in almost every step all paths advance together. Stored as one int32 scalar per path, every
+leaf costs an input and an output buffer and its own scalar kernels for the count and the
+bias corrections: on 1000 leaves of Adam in plain JAX that compiled in 8.0-8.3 s against
+4.3-5.6 s with one shared count, and stepped in 21-24 ms against 11-20 ms. `StepCounts`
+keeps one scalar shared by all paths while they count alike; from the first update that
+leaves some paths out, it keeps one scalar per path, as before (so the state's layout
+changes once at most, and under `jit` that step is traced again). Loading a checkpoint
+groups the paths whose counts are equal. It reads like the `{path: count}` dict it
+replaces, and `state_dict` and checkpoints see one entry per path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._layouts.packed import join_path
+from gradtx._paths.cache import remember
+from gradtx._paths.subset import present_paths
+
+__all__ = ["StepCounts", "group_counts", "split_where_absent"]
+
+
+class CountLayout:
+    """Which paths share which count: `groups[i]` holds the paths of the i-th value.
+
+    `order` is the paths' tree order, the order in which they are listed.
+    """
+
+    __slots__ = ("_hash", "groups", "index", "order")
+
+    def __init__(self, groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> None:
+        self.groups = groups
+        self.order = order
+        self.index = {path: i for i, paths in enumerate(groups) for path in paths}
+        self._hash = hash((groups, order))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, CountLayout)
+            and self.groups == other.groups
+            and self.order == other.order
+        )
+
+    def __repr__(self) -> str:
+        return f"CountLayout({len(self.order)} paths in {len(self.groups)} groups)"
+
+
+# JAX compares a pytree's static data on every jitted call; one live layout per grouping
+# makes that an identity test.
+_LAYOUTS: dict[CountLayout, CountLayout] = {}
+
+
+def _layout(groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> CountLayout:
+    layout = CountLayout(groups, order)
+    live = _LAYOUTS.get(layout)
+    return remember(_LAYOUTS, layout, layout, 1024) if live is None else live
+
+
+class StepCounts(Mapping):
+    """`{path: step count}` stored as one int32 scalar per group of paths with equal counts.
+
+    Read it as a dict: `counts["enc/w"]` is that path's count (a scalar array). Its pytree
+    children are the group values, so a jitted step carries one count per group, not one
+    per path. `state_dict` expands it to one entry per path.
+    """
+
+    __slots__ = ("layout", "scalars")
+    __gradtx_unit__ = True
+
+    def __init__(self, layout: CountLayout, values: Iterable[Any]) -> None:
+        self.layout = layout
+        self.scalars = tuple(values)
+
+    @classmethod
+    def shared(cls, paths: Iterable[str], value: Any) -> StepCounts:
+        """One count `value` shared by all `paths`."""
+        paths = tuple(paths)
+        return cls(_layout((paths,) if paths else (), paths), (value,) if paths else ())
+
+    def __getitem__(self, path: str) -> Any:
+        return self.scalars[self.layout.index[path]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.layout.order)
+
+    def __len__(self) -> int:
+        return len(self.layout.order)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.layout.index
+
+    def __repr__(self) -> str:
+        return f"StepCounts({dict(self.items())!r})"
+
+    def paths(self, prefix: str = "") -> list[str]:
+        """The paths it counts for, as state keys under `prefix`."""
+        return [join_path(prefix, path) for path in self.layout.order]
+
+    def items(self, prefix: str | None = None) -> Any:  # type: ignore[override]
+        """`(path, count)` pairs; with `prefix`, the paths are state keys under it."""
+        if prefix is None:
+            return super().items()
+        return iter([(join_path(prefix, path), self[path]) for path in self.layout.order])
+
+    def advanced(self, present: set[str] | frozenset[str]) -> StepCounts:
+        """The counts after an update of the `present` paths: theirs are one more.
+
+        From the first update that leaves some of its paths out, the counts are one per
+        path (as they are then kept), so the layout changes at most once in a state's life.
+        """
+        if all(path in present for path in self.layout.index):
+            return StepCounts(self.layout, [_plus_one(v) for v in self.scalars])
+        counts = self.per_path()
+        values = [
+            _plus_one(v) if path in present else v
+            for path, v in zip(counts.layout.order, counts.scalars)
+        ]
+        return StepCounts(counts.layout, values)
+
+    def per_path(self) -> StepCounts:
+        """The same counts, one value per path."""
+        if len(self.layout.groups) == len(self.layout.order):
+            return self
+        order = self.layout.order
+        return StepCounts(_layout(tuple((p,) for p in order), order), [self[p] for p in order])
+
+
+def split_where_absent(state: Any, updates: Any) -> Any:
+    """`state` with the `StepCounts` that an update with `updates` splits made per path.
+
+    Both branches of a `lax.cond` around an update then return the same layout.
+    """
+    present = frozenset(present_paths(updates))
+
+    def split(x: Any) -> Any:
+        if isinstance(x, StepCounts) and any(p not in present for p in x.layout.index):
+            return x.per_path()
+        return x
+
+    return jax.tree.map(split, state, is_leaf=lambda x: isinstance(x, StepCounts))
+
+
+def _plus_one(count: Any) -> Any:
+    return count + jnp.asarray(1, count.dtype)
+
+
+jax.tree_util.register_pytree_node(
+    StepCounts,
+    lambda counts: (counts.scalars, counts.layout),
+    lambda layout, values: StepCounts(layout, values),
+)
+
+
+def group_counts(by_path: dict[str, Any]) -> StepCounts:
+    """`StepCounts` holding `by_path`'s counts, paths with equal known values grouped.
+
+    Values that are not known (traced) each keep a group of their own.
+    """
+    groups: dict[Any, list[str]] = {}
+    values: dict[Any, Any] = {}
+    for path, value in by_path.items():
+        if isinstance(value, jax.ShapeDtypeStruct):
+            key: tuple = ("abstract", value.shape, str(value.dtype))
+        elif isinstance(value, jax.core.Tracer):
+            key = ("path", path)
+        else:
+            key = ("value", np.asarray(value).item(), str(jnp.result_type(value)))
+        groups.setdefault(key, []).append(path)
+        values.setdefault(key, value)
+    layout = _layout(tuple(tuple(paths) for paths in groups.values()), tuple(by_path))
+    return StepCounts(layout, [values[key] for key in groups])

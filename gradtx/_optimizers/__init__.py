@@ -1,0 +1,1 @@
+"""Layer 5, optimizers: the familiar names, each a short chain of transformations."""

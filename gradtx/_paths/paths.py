@@ -1,0 +1,150 @@
+"""Paths: a leaf's identity is its key path joined with '/'.
+
+`{"enc": {"layers": [{"w": x}]}}` gives `enc/layers/0/w`. Dict keys, attribute names
+(dataclasses, NamedTuples, Equinox modules) and sequence indices all work. `None` is kept as a
+leaf, so Equinox-style trees with `None` gradients keep their structure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from gradtx._paths.cache import remember
+
+__all__ = [
+    "DuplicatePathError",
+    "flatten",
+    "is_unit",
+    "leaves",
+    "path_of",
+    "paths",
+    "unflatten",
+    "virtual",
+]
+
+_CACHE: dict[Any, tuple[str, ...]] = {}
+_CACHE_LIMIT = 4096
+
+
+class DuplicatePathError(ValueError):
+    """Two leaves of one tree render to the same path string."""
+
+
+# Whether each type seen is a unit. `flatten` asks this of every node of every tree it
+# flattens; looked up by type it costs half as much (2000 leaves: 1.0 ms against 2.0 ms).
+_UNIT_TYPES: dict[type, bool] = {}
+
+
+def is_unit(x: Any) -> bool:
+    """True for a container gradtx treats as one unit holding many paths (`gradtx.Packed`)."""
+    cls = type(x)
+    try:
+        return _UNIT_TYPES[cls]
+    except KeyError:
+        unit = bool(getattr(cls, "__gradtx_unit__", False))
+        return remember(_UNIT_TYPES, cls, unit, _CACHE_LIMIT)
+
+
+def _is_none(x: Any) -> bool:
+    return x is None or is_unit(x)
+
+
+def virtual(tree: Any) -> Any:
+    """`tree` with every packed unit replaced by the tree it holds (`ShapeDtypeStruct` leaves).
+
+    Selectors look at this view, so a glob selects the same paths in packed and unpacked params.
+    """
+    if not any(is_unit(x) for x in jax.tree_util.tree_leaves(tree, is_leaf=is_unit)):
+        return tree  # the very same object: a selector function sees the user's params
+    return jax.tree_util.tree_map(
+        lambda x: x.structure() if is_unit(x) else x, tree, is_leaf=is_unit
+    )
+
+
+def path_of(key_path: tuple) -> str:
+    """Render a JAX key path as a gradtx path string (`enc/layers/0/w`)."""
+    return jax.tree_util.keystr(key_path, simple=True, separator="/")
+
+
+def _compute_paths(tree: Any) -> tuple[str, ...]:
+    key_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
+    rendered = tuple(path_of(kp) for kp, _ in key_paths)
+    if len(set(rendered)) != len(rendered):
+        first: dict[str, tuple] = {}
+        for (kp, _), path in zip(key_paths, rendered):
+            if path in first:
+                raise DuplicatePathError(
+                    f"Two leaves have the same path {path!r}: {jax.tree_util.keystr(first[path])}"
+                    f" and {jax.tree_util.keystr(kp)}. gradtx identifies parameters by path; "
+                    "rename one of the keys (for example, a dict key containing '/', or the "
+                    "string key '0' next to the index 0)."
+                )
+            first[path] = kp
+    return rendered
+
+
+def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
+    """Flatten a pytree into `(paths, leaves, treedef)`, keeping `None` as a leaf.
+
+    A packed unit (`gradtx.Packed`) is one leaf here; the lifting helper expands it.
+
+    Paths are computed once per tree structure and cached, so repeated calls (one per traced
+    `update`) cost a C++ flatten.
+
+    Examples:
+        >>> flatten({"a": 1, "b": [2, None]})[0]
+        ('a', 'b/0', 'b/1')
+    """
+    leaves_, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
+    try:
+        rendered = _CACHE[treedef]
+    except KeyError:
+        rendered = remember(_CACHE, treedef, _compute_paths(tree), _CACHE_LIMIT)
+    return rendered, leaves_, treedef
+
+
+def leaves(tree: Any) -> dict[str, Any]:
+    """`{path: leaf}` for every leaf of `tree`, in tree order (`None` leaves included).
+
+    Examples:
+        >>> leaves({"enc": {"layers": [{"w": 1.0}]}, "b": None})
+        {'b': None, 'enc/layers/0/w': 1.0}
+    """
+    rendered, values, _ = flatten(tree)
+    return dict(zip(rendered, values))
+
+
+def paths(tree: Any) -> list[str]:
+    """The paths of `tree`'s leaves in tree order (`None` leaves included)."""
+    return list(flatten(tree)[0])
+
+
+def unflatten(like: Any, flat: dict[str, Any]) -> Any:
+    """Rebuild a tree shaped like `like` from `{path: leaf}` (inverse of `leaves`).
+
+    Args:
+        like: a tree (or a `jax.tree_util.PyTreeDef` from `flatten`) giving the structure.
+        flat: one value per path of `like`; `None` values are kept as `None` leaves.
+
+    Examples:
+        >>> tree = {"a": 1.0, "b": [2.0, None]}
+        >>> unflatten(tree, leaves(tree)) == tree
+        True
+    """
+    if isinstance(like, jax.tree_util.PyTreeDef):
+        treedef = like
+        dummy = treedef.unflatten([None] * treedef.num_leaves)
+        rendered = flatten(dummy)[0]
+    else:
+        rendered, _, treedef = flatten(like)
+    missing = [p for p in rendered if p not in flat]
+    extra = [p for p in flat if p not in set(rendered)]
+    if missing or extra:
+        raise KeyError(
+            "unflatten: the paths do not match the structure. "
+            f"Missing: {missing[:5]}{'...' if len(missing) > 5 else ''}; "
+            f"unexpected: {extra[:5]}{'...' if len(extra) > 5 else ''}."
+        )
+    return treedef.unflatten([flat[p] for p in rendered])

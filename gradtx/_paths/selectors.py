@@ -1,0 +1,386 @@
+"""Selectors: one vocabulary to pick leaves by path, used by every `mask=`, `where=` and label.
+
+Forms, resolved in this order and never guessed:
+
+1. a glob string or a list/tuple of glob strings: `*` matches within one path segment, `**`
+   across segments, a leading `!` excludes (`"**/bias"`, `["**/kernel", "!head/**"]`). A glob
+   selects the leaves it matches and every leaf below a subtree it matches, so `"enc"` selects
+   all of `enc/...`;
+2. a compiled regular expression, matched in full against the path (`re.compile(r".*/w")`);
+3. a pytree of bools shaped like the params, or a prefix of them (`{"enc": True, "dec": False}`),
+   used as data and never called, even when it is a callable (Equinox) module;
+4. a function: `f(path, leaf) -> bool` if it takes two arguments, `f(params) -> pytree of bools`
+   (optax style) if it takes one.
+
+A selector that matches nothing is an error in strict mode: it is almost always a typo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+import inspect
+import re
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from gradtx._paths.cache import remember
+from gradtx._paths.paths import flatten, is_unit, virtual
+
+__all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
+
+
+class SelectorError(ValueError):
+    """A selector is malformed, matches nothing, or does not fit the tree."""
+
+
+class LabelError(ValueError):
+    """A leaf has no label, two labels, or a label with no transformation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Selector:
+    """A selector in normal form: hashable, so it can live in a transformation's static part.
+
+    Build one with `as_selector`; every API taking a selector accepts the raw forms too.
+    """
+
+    kind: str  # "glob" | "regex" | "bools" | "path_fn" | "tree_fn"
+    value: Any
+
+    def __repr__(self) -> str:
+        if self.kind == "glob":
+            return repr(self.value[0] if len(self.value) == 1 else list(self.value))
+        if self.kind == "regex":
+            return f"re.compile({self.value.pattern!r})"
+        if self.kind == "bools":
+            return f"<bool tree of {len(self.value)} paths>"
+        return getattr(self.value, "__qualname__", repr(self.value))
+
+
+def _is_bool(x: Any) -> bool:
+    if isinstance(x, (bool, np.bool_)):
+        return True
+    return isinstance(x, (np.ndarray, jax.Array)) and x.shape == () and x.dtype == np.bool_
+
+
+def _bool_items(tree: Any) -> tuple[tuple[str, bool], ...] | None:
+    """`((path, bool), ...)` if `tree` is a non-empty pytree of bools, else None."""
+    if isinstance(tree, (str, re.Pattern)):
+        return None
+    try:
+        paths_, leaves_, _ = flatten(tree)
+    except Exception:
+        return None
+    items = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
+    if not items or not all(_is_bool(x) for _, x in items):
+        return None
+    if any(isinstance(x, jax.core.Tracer) for _, x in items):
+        raise SelectorError("A bool-tree selector must hold concrete bools, not traced values.")
+    return tuple((p, bool(x)) for p, x in items)
+
+
+def _positional_arity(fn: Callable) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(required)
+
+
+def as_selector(selector: Any, argument: str = "selector") -> Selector:
+    """Normalise any selector form into a hashable `Selector` (see the module docstring).
+
+    Args:
+        selector: a glob, list of globs, regex, bool pytree, or function.
+        argument: the argument's name, used in error messages.
+
+    Examples:
+        >>> as_selector(["**/kernel", "!head/**"])
+        ['**/kernel', '!head/**']
+    """
+    if isinstance(selector, Selector):
+        return selector
+    if isinstance(selector, str):
+        return Selector("glob", (selector,))
+    if (
+        isinstance(selector, (list, tuple))
+        and selector
+        and all(isinstance(s, str) for s in selector)
+    ):
+        return Selector("glob", tuple(selector))
+    if isinstance(selector, re.Pattern):
+        return Selector("regex", selector)
+    items = _bool_items(selector)
+    if items is not None:
+        return Selector("bools", items)
+    if callable(selector):
+        arity = _positional_arity(selector)
+        if arity == 2:
+            return Selector("path_fn", selector)
+        if arity == 1:
+            return Selector("tree_fn", selector)
+        raise SelectorError(
+            f"`{argument}`: a selector function must take `(path, leaf)` or `(params)`, "
+            f"but {getattr(selector, '__qualname__', selector)!r} takes {arity} arguments."
+        )
+    raise SelectorError(
+        f"`{argument}`: cannot use {type(selector).__name__} {selector!r} as a selector. "
+        "Use a glob ('**/bias'), a list of globs, a compiled regex, a pytree of bools, or a "
+        "function f(path, leaf) -> bool."
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def _glob_regex(segment: str) -> re.Pattern:
+    return re.compile(fnmatch.translate(segment))
+
+
+@functools.lru_cache(maxsize=65536)
+def _glob_matches(glob: str, path: str) -> bool:
+    """True if `glob` matches `path` or one of its ancestors (whole segments)."""
+    pattern = glob.split("/")
+    segments = path.split("/")
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(pattern):
+            return True  # matched a prefix: the leaf lies under a selected subtree
+        if pattern[i] == "**":
+            return any(match(i + 1, k) for k in range(j, len(segments) + 1))
+        if j == len(segments):
+            return False
+        return bool(_glob_regex(pattern[i]).match(segments[j])) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def _is_prefix(prefix: str, path: str) -> bool:
+    return prefix == "" or path == prefix or path.startswith(prefix + "/")
+
+
+def _sample(paths_: list[str] | tuple[str, ...], n: int = 8) -> str:
+    shown = ", ".join(repr(p) for p in paths_[:n])
+    return shown + (f", ... ({len(paths_)} in all)" if len(paths_) > n else "")
+
+
+def _from_bools(
+    items: tuple[tuple[str, bool], ...], tree_paths: list[str], strict: bool, argument: str
+) -> set[str]:
+    chosen = set()
+    for path in tree_paths:
+        owners = [(p, b) for p, b in items if _is_prefix(p, path)]
+        if not owners:
+            raise SelectorError(
+                f"`{argument}`: the bool tree has no entry for path {path!r}. A bool-tree "
+                "selector must have the params' structure (or a prefix of it). "
+                f"Its paths are: {_sample([p for p, _ in items])}."
+            )
+        # The deepest entry wins: {"enc": False, "enc/w": True} selects only enc/w.
+        if max(owners, key=lambda pb: len(pb[0]))[1]:
+            chosen.add(path)
+    if strict:
+        for p, _ in items:
+            if not any(_is_prefix(p, path) for path in tree_paths):
+                raise SelectorError(
+                    f"`{argument}`: the bool tree has path {p!r}, which is not in the tree. "
+                    f"The tree's paths are: {_sample(tree_paths)}."
+                )
+    return chosen
+
+
+# Glob and regex selections depend only on the paths, so each is made once per set of paths
+# (every trace of a step selects again: on 2000 paths, a glob took about 3 ms to match).
+_BY_PATHS: dict[tuple, frozenset[str]] = {}
+
+
+def _select_set(
+    tree: Any, flat: tuple, sel: Selector, strict: bool, argument: str
+) -> frozenset[str]:
+    paths_, leaves_ = flat
+    present = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
+    tree_paths = [p for p, _ in present]
+    if sel.kind not in ("glob", "regex"):
+        return frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
+    key = (sel, tuple(tree_paths), strict)
+    chosen = _BY_PATHS.get(key)
+    if chosen is None:
+        chosen = frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
+        remember(_BY_PATHS, key, chosen, 256)
+    return chosen
+
+
+def _select_by_leaves(
+    tree: Any, present: list, tree_paths: list[str], sel: Selector, strict: bool, argument: str
+) -> set[str]:
+    if sel.kind == "glob":
+        includes = [g for g in sel.value if not g.startswith("!")]
+        excludes = [g[1:] for g in sel.value if g.startswith("!")]
+        if strict:
+            for g in includes:
+                if not any(_glob_matches(g, p) for p in tree_paths):
+                    raise SelectorError(
+                        f"`{argument}`: the glob {g!r} matches no path. The tree's paths are: "
+                        f"{_sample(tree_paths)}."
+                    )
+        return {
+            p
+            for p in tree_paths
+            if (not includes or any(_glob_matches(g, p) for g in includes))
+            and not any(_glob_matches(g, p) for g in excludes)
+        }
+    if sel.kind == "regex":
+        return {p for p in tree_paths if sel.value.fullmatch(p)}
+    if sel.kind == "bools":
+        return _from_bools(sel.value, tree_paths, strict, argument)
+    if sel.kind == "path_fn":
+        chosen = set()
+        for p, x in present:
+            verdict = sel.value(p, x)
+            if not _is_bool(verdict) or isinstance(verdict, jax.core.Tracer):
+                raise SelectorError(
+                    f"`{argument}`: the selector function returned {verdict!r} for path {p!r}; "
+                    "it must return a Python bool decided from the path, shape or dtype "
+                    "(not from array values)."
+                )
+            if verdict:
+                chosen.add(p)
+        return chosen
+    # tree_fn: optax style, f(params) -> pytree of bools
+    result = sel.value(tree)
+    items = _bool_items(result)
+    if items is None:
+        raise SelectorError(
+            f"`{argument}`: the selector function {sel!r} takes one argument, so it is called "
+            "as f(params) and must return a pytree of bools shaped like the params; it "
+            f"returned {type(result).__name__}. For a per-leaf test, write f(path, leaf)."
+        )
+    return _from_bools(items, tree_paths, strict, argument)
+
+
+def select(
+    tree: Any, selector: Any, *, strict: bool = True, argument: str = "selector"
+) -> list[str]:
+    """The paths of `tree` that `selector` picks, in tree order (`None` leaves are skipped).
+
+    Args:
+        tree: any pytree (dicts, lists, dataclasses, Equinox modules, ...).
+        selector: a glob, list of globs, compiled regex, bool pytree, or function (see
+            `gradtx.paths`).
+        strict: raise `SelectorError` when nothing matches, when a glob of a list matches
+            nothing, or when a bool tree has paths the tree lacks.
+        argument: the argument's name, used in error messages.
+
+    Examples:
+        >>> params = {"enc": {"w": 1.0, "b": 0.0}, "head": {"w": 1.0}}
+        >>> select(params, ["**/w", "!head"])
+        ['enc/w']
+    """
+    sel = as_selector(selector, argument)
+    paths_, leaves_, _ = flatten(tree)
+    if any(is_unit(x) for x in leaves_):  # packed params are selected by the paths they hold
+        tree = virtual(tree)
+        paths_, leaves_, _ = flatten(tree)
+    chosen = _select_set(tree, (paths_, leaves_), sel, strict, argument)
+    if strict and not chosen:
+        raise SelectorError(
+            f"`{argument}`: the selector {sel!r} matches no path. The tree's paths are: "
+            f"{_sample([p for p, x in zip(paths_, leaves_) if x is not None])}. "
+            "Pass strict=False if an empty selection is intended."
+        )
+    return [p for p in paths_ if p in chosen]
+
+
+def resolve_labels(
+    tree: Any,
+    labels: Any,
+    known: tuple[Hashable, ...] | None = None,
+    argument: str = "labels",
+    *,
+    strict: bool = True,
+) -> dict[str, Hashable]:
+    """Give every non-`None` leaf of `tree` exactly one label.
+
+    Args:
+        tree: the params (or updates) tree.
+        labels: `{label: selector}`; a function `path -> label`; or a pytree of labels shaped
+            like `tree` (or a prefix of it). A dict whose keys are all in `known` is read as
+            `{label: selector}`, any other dict as a pytree of labels.
+        known: the valid labels; a label outside it is an error naming the path.
+        argument: the argument's name, used in error messages.
+        strict: a `{label: selector}` selector that matches nothing raises (turn off for a
+            partial tree that may hold none of a label's paths).
+
+    Returns:
+        `{path: label}` in tree order.
+
+    Examples:
+        >>> resolve_labels({"enc": {"w": 1.0}, "dec": {"w": 2.0}}, {"a": "enc", "b": "dec"})
+        {'dec/w': 'b', 'enc/w': 'a'}
+    """
+    tree = virtual(tree)
+    paths_, leaves_, _ = flatten(tree)
+    tree_paths = [p for p, x in zip(paths_, leaves_) if x is not None]
+    out: dict[str, Hashable] = {}
+    if isinstance(labels, Mapping) and (known is None or set(labels) <= set(known)):
+        owners: dict[str, list] = {p: [] for p in tree_paths}
+        for label, selector in labels.items():
+            for p in select(tree, selector, strict=strict, argument=f"{argument}[{label!r}]"):
+                owners[p].append(label)
+        for p in tree_paths:
+            if not owners[p]:
+                raise LabelError(f"`{argument}`: path {p!r} has no label; every leaf needs one.")
+            if len(owners[p]) > 1:
+                raise LabelError(
+                    f"`{argument}`: path {p!r} has several labels {owners[p]}; every leaf "
+                    "needs exactly one (narrow one of the selectors, e.g. with '!')."
+                )
+            out[p] = owners[p][0]
+    elif callable(labels) and not _is_label_tree(labels):
+        for p in tree_paths:
+            out[p] = labels(p)
+            if not isinstance(out[p], Hashable) or not isinstance(out[p], (str, int)):
+                raise LabelError(
+                    f"`{argument}`: a label function is called as f(path) -> label and must "
+                    f"return a str or int; for path {p!r} it returned "
+                    f"{type(out[p]).__name__}. For an optax-style f(params) -> tree of labels, "
+                    "pass the label tree f(params) itself."
+                )
+    else:
+        out = _labels_from_tree(labels, tree_paths, argument)
+    if known is not None:
+        for p, label in out.items():
+            if label not in known:
+                raise LabelError(
+                    f"`{argument}`: path {p!r} has label {label!r}, which has no "
+                    f"transformation; the labels are {list(known)}."
+                )
+    return out
+
+
+def _is_label_tree(obj: Any) -> bool:
+    leaves_ = jax.tree_util.tree_leaves(obj)
+    return bool(leaves_) and all(isinstance(x, (str, int)) for x in leaves_)
+
+
+def _labels_from_tree(labels: Any, tree_paths: list[str], argument: str) -> dict[str, Hashable]:
+    items = [(p, x) for p, x in zip(*flatten(labels)[:2]) if x is not None]
+    out = {}
+    for path in tree_paths:
+        owners = [(p, x) for p, x in items if _is_prefix(p, path)]
+        if not owners:
+            raise LabelError(
+                f"`{argument}`: path {path!r} has no label in the label tree; its paths are "
+                f"{_sample([p for p, _ in items])}."
+            )
+        out[path] = max(owners, key=lambda px: len(px[0]))[1]
+    return out

@@ -1,0 +1,1 @@
+"""Schedules: small pytrees callable as `schedule(step)`."""

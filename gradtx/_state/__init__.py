@@ -1,0 +1,1 @@
+"""Layer 6, state tools: flat views, loading, reconciling, hyperparameters by name, explain."""

@@ -1,0 +1,166 @@
+"""`explain`: what the optimizer does to each parameter, as a table and as data."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._core.protocol import as_transformation
+from gradtx._paths.subset import present_paths
+from gradtx._state.hyperparams import _param_path
+from gradtx._state.state_dict import state_dict
+
+__all__ = ["Explanation", "ExplainRow", "explain"]
+
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64", "int32": "i32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplainRow:
+    """What the optimizer does to one parameter path.
+
+    Attributes:
+        path: the parameter's path.
+        steps: the transformations applied to it, in order (`[label]` marks a partition
+            group, `frozen` a frozen path).
+        learning_rate: the effective learning rate (the product of the learning rates and
+            `scale` factors applied), or `None` when no step sets one; 0 for a frozen path.
+        weight_decay: the decoupled weight decay it receives (0 when none).
+        b1: the first-moment decay of its adaptive step, if any.
+        b2: the second-moment decay of its adaptive step, if any.
+        frozen: True if the path is frozen.
+        state_dtypes: `{state key without the path: dtype}` of its optimizer state.
+        hyperparams: every hyperparameter of its steps, as `{step/name: value}`.
+    """
+
+    path: str
+    steps: tuple[str, ...]
+    learning_rate: float | None
+    weight_decay: float
+    b1: float | None
+    b2: float | None
+    frozen: bool
+    state_dtypes: dict[str, str]
+    hyperparams: dict[str, float]
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+class Explanation:
+    """The rows of `explain`, one per parameter path; `str()` renders them as a table."""
+
+    def __init__(self, rows: tuple[ExplainRow, ...], step: int) -> None:
+        self.rows = rows
+        self.step = step
+
+    def __getitem__(self, path: str) -> ExplainRow:
+        for row in self.rows:
+            if row.path == path:
+                return row
+        raise KeyError(
+            f"explain: no parameter path {path!r}; the paths are {[r.path for r in self.rows][:8]}"
+        )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """The rows as plain dicts (for a DataFrame or JSON)."""
+        return [dataclasses.asdict(row) for row in self.rows]
+
+    def __str__(self) -> str:
+        header = ("path", "steps", "lr", "wd", "b1", "b2", "frozen", "state")
+        body = [
+            (
+                row.path,
+                " > ".join(row.steps),
+                _fmt(row.learning_rate),
+                _fmt(row.weight_decay),
+                _fmt(row.b1),
+                _fmt(row.b2),
+                "yes" if row.frozen else "",
+                " ".join(f"{k.rsplit('/', 1)[-1]}:{v}" for k, v in row.state_dtypes.items()),
+            )
+            for row in self.rows
+        ]
+        widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
+        lines = [f"step {self.step}"]
+        for r in (header, *body):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _row(path: str, steps: list[tuple[str, dict]], dtypes: dict[str, str]) -> ExplainRow:
+    frozen = any(name == "frozen" for name, _ in steps)
+    lr: float | None = None
+    wd, b1, b2 = 0.0, None, None
+    flat: dict[str, float] = {}
+    for name, values in steps:
+        for key, value in values.items():
+            flat[f"{name}/{key}"] = value
+        if "learning_rate" in values:
+            lr = (1.0 if lr is None else lr) * values["learning_rate"]
+        if name == "scale" and "step_size" in values:
+            lr = (1.0 if lr is None else lr) * values["step_size"]
+        if "weight_decay" in values:
+            wd += values["weight_decay"]
+        if b1 is None and "b1" in values:
+            b1 = values["b1"]
+        if b2 is None and "b2" in values:
+            b2 = values["b2"]
+    if frozen:
+        lr, wd = 0.0, 0.0
+    return ExplainRow(path, tuple(n for n, _ in steps), lr, wd, b1, b2, frozen, dtypes, flat)
+
+
+def explain(tx: Any, params: Any, step: int = 0) -> Explanation:
+    """Describe, for every parameter path, what the optimizer does to it at `step`.
+
+    One row per path: the chain of transformations applied to it, the effective learning
+    rate (schedules evaluated at `step`), its weight decay, its betas, whether it is frozen,
+    and the dtypes of its state. Nothing is computed on the params' values: the state is
+    traced abstractly. Hyperparameters injected in a dtype that cannot represent them warn.
+
+    Args:
+        tx: the transformation (an optimizer, a chain, a partition, ...).
+        params: the params (arrays or `jax.ShapeDtypeStruct`s).
+        step: the step at which schedules are evaluated.
+
+    Returns:
+        An `Explanation`: `str()`/`print()` give a table; `.rows` (one `ExplainRow` per path),
+        `explanation[path]` and `.to_dicts()` give the data.
+
+    Examples:
+        >>> tx = gradtx.partition(
+        ...     {"body": gradtx.adamw(1e-3, weight_decay=0.1), "head": gradtx.sgd(0.1)},
+        ...     {"body": "body", "head": "head"},
+        ... )
+        >>> table = gradtx.explain(tx, {"body": jnp.ones(2), "head": jnp.ones(2)})
+        >>> table["body"].learning_rate, table["body"].weight_decay, table["head"].b1
+        (0.0010000000474974513, 0.10000000149011612, None)
+        >>> print(table)  # doctest: +NORMALIZE_WHITESPACE
+        step 0
+        path  steps                                                                    lr     wd   b1   b2     frozen  state
+        body  [body] > scale_by_adam > add_decayed_weights > scale_by_learning_rate  0.001  0.1  0.9  0.999          count:i32 mu:f32 nu:f32
+        head  [head] > scale_by_learning_rate                                          0.1    0    -    -
+    """  # noqa: E501
+    tx = as_transformation(tx, "explain(tx)")
+    described = tx.describe(params, step)
+    paths = present_paths(params)
+    abstract = jax.eval_shape(tx.init, params)
+    dtypes: dict[str, dict[str, str]] = {p: {} for p in paths}
+    for key, value in state_dict(abstract).items():
+        owner = _param_path(key, paths)
+        if owner is not None:
+            slot = key[: -len(owner)].rstrip("/")
+            name = jnp.dtype(value.dtype).name
+            dtypes[owner][slot] = _SHORT.get(name, name)
+    rows = tuple(_row(p, described.get(p, []), dtypes[p]) for p in paths)
+    return Explanation(rows, step)

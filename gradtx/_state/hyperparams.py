@@ -1,0 +1,171 @@
+"""Reading and setting injected hyperparameters by name, and resetting the state of paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._combinators.inject import InjectState
+from gradtx._paths.paths import path_of
+from gradtx._paths.selectors import select
+from gradtx._paths.subset import present_paths
+from gradtx._state.state_dict import load_state_dict, state_dict
+
+__all__ = ["hyperparams", "reset", "set_hyperparams"]
+
+
+def _is_inject(x: Any) -> bool:
+    return isinstance(x, InjectState)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+def _walk(state: Any, prefix: str, visit: Any) -> Any:
+    """Rebuild `state`, calling `visit(prefix, node)` on every `InjectState`, outermost first.
+
+    The group prefix of a node is its path in the state, less the `inner` fields.
+    """
+    key_leaves, treedef = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_inject)
+    out = []
+    for key_path, leaf in key_leaves:
+        if _is_inject(leaf):
+            here = _join(prefix, path_of(key_path)) if key_path else prefix
+            leaf = visit(here, leaf)
+            leaf = InjectState(
+                leaf.count, leaf.hyperparams, _walk(leaf.inner, here, visit), leaf.scheduled
+            )
+        out.append(leaf)
+    return treedef.unflatten(out)
+
+
+def hyperparams(state: Any) -> dict[str, jax.Array]:
+    """The injected hyperparameters of a state, by name: `{group/name: value}`.
+
+    A name is the hyperparameter's name prefixed with where it sits in the state: the label
+    in a `partition`, the name of a `masked` or of a chain step (`encoder/learning_rate`).
+    Scheduled values are those of the last step (at `init`: step 0).
+
+    Args:
+        state: the state of a transformation containing `inject_hyperparams`.
+
+    Examples:
+        >>> tx = gradtx.partition(
+        ...     {"enc": gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.1),
+        ...      "head": gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.5)},
+        ...     {"enc": "enc", "head": "head"},
+        ... )
+        >>> state = tx.init({"enc": jnp.ones(2), "head": jnp.ones(2)})
+        >>> {k: float(v) for k, v in gradtx.hyperparams(state).items()}
+        {'enc/learning_rate': 0.10000000149011612, 'head/learning_rate': 0.5}
+    """
+    found: dict[str, jax.Array] = {}
+
+    def visit(prefix: str, node: InjectState) -> InjectState:
+        for name, value in node.hyperparams.items():
+            key = _join(prefix, name)
+            if key in found:
+                raise ValueError(
+                    f"hyperparams: two injected hyperparameters are both named {key!r}; give "
+                    "the groups distinct names (named_chain, masked(..., name=...))."
+                )
+            found[key] = value
+        return node
+
+    _walk(state, "", visit)
+    return found
+
+
+def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
+    """A new state with injected hyperparameters replaced by name (the input is unchanged).
+
+    Values keep the stored dtype and shape, so a jitted step taking the state does not
+    recompile. Scheduled hyperparameters cannot be set (the schedule overwrites them).
+
+    Args:
+        state: the state of a transformation containing `inject_hyperparams`.
+        values: `{name: value}` with names as `gradtx.hyperparams` gives them.
+
+    Examples:
+        >>> tx = gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.1)
+        >>> state = gradtx.set_hyperparams(tx.init({"w": jnp.ones(2)}), {"learning_rate": 0.01})
+        >>> u, _ = tx.update({"w": jnp.ones(2)}, state)
+        >>> u["w"]
+        Array([-0.01, -0.01], dtype=float32)
+    """
+    known = hyperparams(state)
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        raise KeyError(
+            f"set_hyperparams: no injected hyperparameter named {unknown[0]!r}; the names are "
+            f"{sorted(known)}."
+        )
+    done: set[str] = set()
+
+    def visit(prefix: str, node: InjectState) -> InjectState:
+        new = dict(node.hyperparams)
+        for name, old in node.hyperparams.items():
+            key = _join(prefix, name)
+            if key not in values:
+                continue
+            if name in node.scheduled:
+                raise ValueError(
+                    f"set_hyperparams: {key!r} follows a schedule, which overwrites it every "
+                    "step; inject it as a number to set it."
+                )
+            value = jnp.asarray(values[key])
+            if value.shape != old.shape:
+                raise ValueError(
+                    f"set_hyperparams: {key!r} has shape {old.shape}, got a value of shape "
+                    f"{value.shape}."
+                )
+            new[name] = value.astype(old.dtype)
+            done.add(key)
+        return InjectState(node.count, new, node.inner, node.scheduled)
+
+    return _walk(state, "", visit)
+
+
+def _param_path(key: str, paths: list[str]) -> str | None:
+    """The longest parameter path that `key` ends with (`adam/mu/enc/w` -> `enc/w`)."""
+    best = None
+    for path in paths:
+        if (key == path or key.endswith("/" + path)) and (best is None or len(path) > len(best)):
+            best = path
+    return best
+
+
+def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:
+    """Re-initialise the state of the selected paths; every other entry is kept bit-for-bit.
+
+    Per-path entries (moments, accumulators, per-path step counts) of the selected paths take
+    the values `tx.init(params)` gives them; everything else (other paths, injected
+    hyperparameters, global counters) is unchanged.
+
+    Args:
+        tx: the transformation that made `state`.
+        state: its state.
+        params: the params (or `jax.ShapeDtypeStruct`s) the state belongs to.
+        where: a selector of the paths to reset (see `gradtx.paths`).
+
+    Examples:
+        >>> tx = gradtx.adam(0.1)
+        >>> params = {"a": jnp.ones(2), "b": jnp.ones(2)}
+        >>> _, state = tx.update({"a": jnp.ones(2), "b": jnp.ones(2)}, tx.init(params))
+        >>> state = gradtx.reset(tx, state, params, "a")
+        >>> int(state["count"]["a"]), int(state["count"]["b"])
+        (0, 1)
+    """
+    chosen = set(select(params, where, argument="reset(where=...)"))
+    paths = present_paths(params)
+    old, fresh = state_dict(state), state_dict(tx.init(params))
+    merged = dict(old)
+    for key, value in fresh.items():
+        if _param_path(key, paths) in chosen:
+            merged[key] = value
+    new_state, _ = load_state_dict(tx, params, merged)
+    return new_state

@@ -1,0 +1,225 @@
+"""State tools: flat `{key: array}` views of optimizer state, loading and reconciling."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._layouts.packed import Packed, join_leaves
+from gradtx._layouts.step_counts import StepCounts, group_counts
+from gradtx._paths.paths import flatten, is_unit
+
+__all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadReport:
+    """What `load_state_dict` or `reconcile` did not take over as it was.
+
+    Attributes:
+        missing: keys the transformation needs that the loaded state lacks (initialised anew).
+        unexpected: keys in the loaded state that the transformation does not use (dropped).
+        mismatched: keys present in both whose shape or dtype changed (initialised anew),
+            as `{key: (loaded (shape, dtype), expected (shape, dtype))}`.
+    """
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    mismatched: dict[str, tuple] = dataclasses.field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        """True if every key matched."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def __str__(self) -> str:
+        lines = []
+        for title, keys in (("missing", self.missing), ("unexpected", self.unexpected)):
+            if keys:
+                lines.append(f"{title} ({len(keys)}): " + ", ".join(keys[:10]))
+                if len(keys) > 10:
+                    lines[-1] += ", ..."
+        for key, (got, want) in list(self.mismatched.items())[:10]:
+            lines.append(f"changed: {key}: loaded {got}, expected {want}")
+        return "\n".join(lines) or "all keys matched"
+
+
+class StateMismatchError(KeyError):
+    """A loaded state does not fit the transformation; `.report` says how."""
+
+    def __init__(self, report: LoadReport) -> None:
+        super().__init__(
+            "the state does not match the transformation and params:\n"
+            f"{report}\nUse strict=False to initialise missing/changed keys and drop unexpected "
+            "ones (the report is returned), or gradtx.reconcile after editing the model."
+        )
+        self.report = report
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def state_dict(state: Any) -> dict[str, Any]:
+    """Flatten an optimizer state into `{key: array}` with readable keys.
+
+    Keys join the names of combinators, slots and parameter paths with `/`, for example
+    `adamw/mu/enc/layers/0/w` for the first moment of `enc/layers/0/w` in the `adamw` step of
+    a chain. Arrays are returned as they are (no copy), except that the state of packed
+    params (`gradtx.pack`) is sliced into one entry per parameter path, so packed and unpacked
+    models have the same keys.
+
+    Args:
+        state: the state of any gradtx transformation (other pytrees work too).
+
+    Examples:
+        >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3))
+        >>> sorted(gradtx.state_dict(tx.init({"w": jnp.zeros(2)})))[:2]
+        ['adamw/count/w', 'adamw/mu/w']
+    """
+    paths, leaves, _ = flatten(state)
+    out: dict[str, Any] = {}
+    for path, leaf in zip(paths, leaves):
+        if is_unit(leaf):  # packed: one key per parameter path, as for unpacked params
+            out.update(leaf.items(_unit_prefix(path)))
+        elif leaf is not None:
+            out[path] = leaf
+    return out
+
+
+def _unit_prefix(path: str) -> str:
+    # Packed params at the root of the params sit under the key "" of each slot ("mu/").
+    return path[:-1] if path.endswith("/") else path
+
+
+def _signature(x: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(np.shape(x)), str(jnp.result_type(x))
+
+
+def _take(key: str, default: Any, flat: dict[str, Any], missing: list, mismatched: dict) -> Any:
+    """The loaded entry `key`, or `default` (reported missing or changed) when it does not fit."""
+    if key not in flat:
+        missing.append(key)
+        return default
+    if _signature(flat[key]) != _signature(default):
+        mismatched[key] = (_signature(flat[key]), _signature(default))
+        return default
+    value = flat[key]
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
+def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
+    paths, leaves, treedef = flatten(template)
+    expected = {p for p, x in zip(paths, leaves) if x is not None and not is_unit(x)}
+    missing, mismatched, out = [], {}, []
+    for path, leaf in zip(paths, leaves):
+        if is_unit(leaf):
+            expected.update(leaf.paths(_unit_prefix(path)))
+            out.append(_merge_unit(_unit_prefix(path), leaf, flat, missing, mismatched))
+        elif leaf is None:
+            out.append(None)
+        else:
+            out.append(_take(path, leaf, flat, missing, mismatched))
+    unexpected = tuple(k for k in flat if k not in expected)
+    report = LoadReport(tuple(missing), unexpected, mismatched)
+    return treedef.unflatten(out), report
+
+
+def _merge_unit(
+    path: str, template: Any, flat: dict[str, Any], missing: list, mismatched: dict
+) -> Any:
+    """Assemble a packed state's buffers from per-path entries (template where absent)."""
+    if isinstance(template, StepCounts):
+        return _merge_counts(path, template, flat, missing, mismatched)
+    if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
+        return template
+    by_group: list[list] = [[] for _ in template.buffers]
+    for spec, (key, default) in zip(template.layout.specs, template.items(path)):
+        by_group[spec.group].append((key, _take(key, default, flat, missing, mismatched)))
+    buffers = []
+    for group, entries in enumerate(by_group):
+        old = template.buffers[group]
+        if np.ndim(old) == 0:  # one value shared by the buffer's paths: they must agree
+            values = {key: np.asarray(v).item() for key, v in entries}
+            if len(set(values.values())) > 1:
+                example = {v: k for k, v in values.items()}  # one key per distinct value
+                raise ValueError(
+                    f"load_state_dict: the packed state at {path!r} keeps one value for all "
+                    f"of its {len(values)} paths, but the loaded values differ, for example "
+                    f"{ {k: v for v, k in list(example.items())[:4]} } (a step count cannot "
+                    "differ between the leaves of one buffer)."
+                )
+            buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
+        else:
+            parts = [v for _, v in entries]
+            buffers.append(join_leaves(parts, np.shape(old)) if parts else old)
+    return template.replace(tuple(buffers))
+
+
+def _merge_counts(
+    path: str, template: StepCounts, flat: dict[str, Any], missing: list, mismatched: dict
+) -> StepCounts:
+    """Per-path step counts from their entries, paths with equal loaded counts sharing one."""
+    return group_counts(
+        {
+            name: _take(key, default, flat, missing, mismatched)
+            for (key, default), name in zip(template.items(path), template)
+        }
+    )
+
+
+def load_state_dict(
+    tx: Any, params: Any, flat: dict[str, Any], *, strict: bool = True
+) -> tuple[Any, LoadReport]:
+    """Build `tx`'s state for `params` from a flat `{key: array}` (as made by `state_dict`).
+
+    Args:
+        tx: the transformation the state is for.
+        params: the params (arrays or `jax.ShapeDtypeStruct` leaves).
+        flat: `{key: array}`, e.g. a checkpoint read back from disk (NumPy arrays are fine).
+        strict: raise `StateMismatchError` on any missing, unexpected or changed key. With
+            `strict=False`, missing and changed keys are initialised by `tx.init(params)` and
+            unexpected keys are dropped.
+
+    Returns:
+        `(state, report)`: the state, and a `LoadReport` of what did not match.
+
+    Examples:
+        >>> tx, params = gradtx.adam(1e-3), {"w": jnp.zeros(2)}
+        >>> flat = gradtx.state_dict(tx.init(params))
+        >>> state, report = gradtx.load_state_dict(tx, params, flat)
+        >>> report.clean
+        True
+    """
+    state, report = _merge(tx.init(params), dict(flat))
+    if strict and not report.clean:
+        raise StateMismatchError(report)
+    return state, report
+
+
+def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
+    """Carry `state` over to `new_params` after the model changed (layers added or removed).
+
+    The state of every surviving path (same key, shape and dtype) is kept bit-for-bit; new
+    paths are initialised by `tx.init(new_params)`; the keys of removed paths are reported as
+    `unexpected` and dropped.
+
+    Args:
+        tx: the transformation.
+        state: the state made for the old params.
+        new_params: the new params.
+
+    Returns:
+        `(new_state, report)`.
+
+    Examples:
+        >>> tx = gradtx.adam(1e-3)
+        >>> state = tx.init({"w": jnp.ones(2)})
+        >>> state, report = gradtx.reconcile(tx, state, {"w": jnp.ones(2), "b": jnp.ones(1)})
+        >>> report.missing
+        ('count/b', 'mu/b', 'nu/b')
+    """
+    return load_state_dict(tx, new_params, state_dict(state), strict=False)

@@ -1,0 +1,111 @@
+"""Adam's moment estimates (Kingma & Ba, 2015), with optional Nesterov momentum (NAdam)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.module import hyperparam, static
+
+__all__ = ["scale_by_adam"]
+
+
+def _dtype_or_none(dtype: Any, name: str = "dtype") -> Any:
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"`{name}` must be a dtype or None, got {dtype!r}") from e
+
+
+class ScaleByAdam(ElementwiseTransform):
+    """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
+
+    name: ClassVar[str] = "scale_by_adam"
+    b1: Any = hyperparam(0.9)
+    b2: Any = hyperparam(0.999)
+    eps: Any = hyperparam(1e-8)
+    eps_root: Any = hyperparam(0.0)
+    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    nesterov: bool = static(False)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """First moment `mu`, second moment `nu`, and the path's step `count`."""
+        return ("mu", "nu", "count")
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """Zero moments (in `mu_dtype`/`nu_dtype`, else the param's dtype) and count 0."""
+        return {
+            "mu": zeros_for(param, self.mu_dtype),
+            "nu": zeros_for(param, self.nu_dtype),
+            "count": jnp.zeros((), jnp.int32),
+        }
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """One Adam step for one array, computed in at least float32."""
+        dtype = compute_dtype(g, slots["mu"], slots["nu"])
+        b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
+        grad = g.astype(dtype)
+        mu = as_stored((1 - b1) * grad + b1 * slots["mu"].astype(dtype), slots["mu"])
+        nu = as_stored((1 - b2) * (grad * grad) + b2 * slots["nu"].astype(dtype), slots["nu"])
+        count = slots["count"] + jnp.int32(1)
+        t = count.astype(dtype)
+        if self.nesterov:
+            mu_hat = b1 * mu / (1 - b1 ** (t + 1)) + (1 - b1) * grad / (1 - b1**t)
+        else:
+            mu_hat = mu / (1 - b1**t)
+        nu_hat = nu / (1 - b2**t)
+        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
+        u = mu_hat / (jnp.sqrt(nu_hat + eps_root) + eps)
+        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+
+
+def scale_by_adam(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+    nesterov: bool = False,
+) -> ScaleByAdam:
+    r"""Rescale updates by Adam's bias-corrected moment estimates.
+
+    Per path, with step $t$ counted per path:
+
+    $$m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t,\quad v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2$$
+
+    $$u_t = \hat m_t / (\sqrt{\hat v_t + \epsilon_{root}} + \epsilon),\quad
+      \hat m_t = m_t/(1-\beta_1^t),\ \hat v_t = v_t/(1-\beta_2^t)$$
+
+    With `nesterov=True`, $\hat m_t = \beta_1 m_t/(1-\beta_1^{t+1}) + (1-\beta_1) g_t/(1-\beta_1^t)$
+    (Dozat, 2016). The math runs in at least float32 whatever the params' dtype.
+
+    Args:
+        b1: decay of the first moment.
+        b2: decay of the second moment.
+        eps: added to the denominator outside the square root.
+        eps_root: added inside the square root (useful when differentiating through Adam).
+        mu_dtype: dtype of `mu` (default: the parameter's dtype).
+        nu_dtype: dtype of `nu` (default: the parameter's dtype).
+        nesterov: use Nesterov momentum.
+
+    State:
+        `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.
+
+    Examples:
+        >>> tx = gradtx.scale_by_adam(mu_dtype=jnp.float32)
+        >>> params = {"w": jnp.ones(3, jnp.bfloat16)}
+        >>> tx.init(params)["mu"]["w"].dtype
+        dtype('float32')
+
+    References:
+        Kingma & Ba, "Adam: A Method for Stochastic Optimization", 2015.
+    """
+    return ScaleByAdam(b1, b2, eps, eps_root, mu_dtype, nu_dtype, nesterov)

@@ -1,0 +1,289 @@
+"""Adafactor's factored second moments (Shazeer & Stern, 2018) and the Adafactor optimizer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._combinators.chain import Chain
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.module import as_int, field, hyperparam, static
+from gradtx._core.stacked import StackedTransform, as_stacked
+from gradtx._optimizers.optimizers import optimizer
+from gradtx._paths.paths import flatten, virtual
+from gradtx._transforms.adam import _dtype_or_none
+from gradtx._transforms.block_rms import clip_by_block_rms, scale_by_param_block_rms
+from gradtx._transforms.misc_transforms import ema, reject_packed
+from gradtx._transforms.scale import ScalarOrSchedule, scale, scale_by_learning_rate
+from gradtx._transforms.weight_decay import add_decayed_weights
+
+__all__ = ["adafactor", "factored_dims", "scale_by_factored_rms"]
+
+_FACTORED = ("v_row", "v_col", "count")
+_FULL = ("v", "count")
+
+
+def factored_dims(
+    shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int
+) -> tuple[int, int] | None:
+    """`(d1, d0)`: the axes of the second largest and the largest dimension, or `None`.
+
+    An array is factored when `factored` is set, it has at least two dimensions and its
+    second largest dimension has at least `min_dim_size_to_factor` elements. Ties go to the
+    earlier axis being "smaller" (a stable sort), so a square matrix gives `(0, 1)`.
+    """
+    if not factored or len(shape) < 2:
+        return None
+    order = np.argsort(np.asarray(shape), kind="stable")
+    if shape[order[-2]] < min_dim_size_to_factor:
+        return None
+    return int(order[-2]), int(order[-1])
+
+
+def _without(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return shape[:axis] + shape[axis + 1 :]
+
+
+class ScaleByFactoredRms(StackedTransform):
+    """Scale by Adafactor's (factored) second-moment estimate (see `scale_by_factored_rms`)."""
+
+    name: ClassVar[str] = "scale_by_factored_rms"
+    factored: bool = static(True)
+    decay_rate: Any = hyperparam(0.8)
+    step_offset: Any = field(default=0, converter=as_int)
+    min_dim_size_to_factor: int = static(128)
+    epsilon: Any = hyperparam(1e-30)
+    decay_rate_fn: Any = static(None)
+    stacked: Any = static((), converter=as_stacked)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`v_row`, `v_col` (factored paths), `v` (the others) and every path's `count`."""
+        return ("v_row", "v_col", "v", "count")
+
+    def _dims(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
+        return factored_dims(shape, self.factored, self.min_dim_size_to_factor)
+
+    def slot_groups(self, tree: Any, depth: dict[str, int]) -> tuple:
+        """Factored paths keep `v_row`, `v_col`; the others `v`; all keep `count`."""
+        paths, leaves, _ = flatten(virtual(tree))
+        split: dict[bool, set[str]] = {True: set(), False: set()}
+        for path, leaf in zip(paths, leaves):
+            if leaf is not None:
+                shape = tuple(np.shape(leaf))[depth.get(path, 0) :]
+                split[self._dims(shape) is not None].add(path)
+        return ((_FACTORED, split[True]), (_FULL, split[False]))
+
+    def init(self, params: Any) -> dict:
+        """Zero moments per path: factored row and column statistics, or a full `v`."""
+        reject_packed(
+            params, self.name, "keeps factored moments whose shapes differ from the params'"
+        )
+        return super().init(params)
+
+    def init_group_leaf(self, param: Any, names: tuple[str, ...]) -> dict[str, Any]:
+        """Zeros in the param's dtype: `v` like the param, or the reduced `v_row`, `v_col`."""
+        count = jnp.zeros((), jnp.int32)
+        if "v" in names:
+            return {"v": zeros_for(param), "count": count}
+        shape = tuple(param.shape)
+        d1, d0 = self._dims(shape)
+        return {
+            "v_row": jnp.zeros(_without(shape, d0), param.dtype),
+            "v_col": jnp.zeros(_without(shape, d1), param.dtype),
+            "count": count,
+        }
+
+    def update_group_leaf(self, names: tuple[str, ...]) -> Callable:
+        """The full or the factored per-leaf math."""
+        return self._update_full if "v" in names else self._update_factored
+
+    def _decay(self, count: Any, dtype: Any) -> Any:
+        step = count - self.step_offset
+        if self.decay_rate_fn is not None:
+            return jnp.asarray(self.decay_rate_fn(step, self.decay_rate)).astype(dtype)
+        t = (step + 1).astype(dtype)
+        return 1 - t ** (-self.decay_rate.astype(dtype))
+
+    def _update_full(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        dtype = compute_dtype(g, slots["v"])
+        beta = self._decay(slots["count"], dtype)
+        grad = g.astype(dtype)
+        g2 = grad * grad + self.epsilon.astype(dtype)
+        v = as_stored(beta * slots["v"].astype(dtype) + (1 - beta) * g2, slots["v"])
+        u = grad / jnp.sqrt(v)
+        return u.astype(g.dtype), {"v": v, "count": slots["count"] + jnp.int32(1)}
+
+    def _update_factored(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        dtype = compute_dtype(g, slots["v_row"], slots["v_col"])
+        beta = self._decay(slots["count"], dtype)
+        d1, d0 = self._dims(tuple(g.shape))
+        grad = g.astype(dtype)
+        g2 = grad * grad + self.epsilon.astype(dtype)
+        old_row, old_col = slots["v_row"], slots["v_col"]
+        row = beta * old_row.astype(dtype) + (1 - beta) * jnp.mean(g2, axis=d0)
+        col = beta * old_col.astype(dtype) + (1 - beta) * jnp.mean(g2, axis=d1)
+        row, col = as_stored(row, old_row), as_stored(col, old_col)
+        # v_row lost axis d0: axis d1 of the array is axis d1 or d1 - 1 of v_row.
+        row_mean = jnp.mean(row, axis=d1 - 1 if d1 > d0 else d1, keepdims=True)
+        row_factor = jnp.expand_dims(1 / jnp.sqrt(row / row_mean), d0)
+        col_factor = jnp.expand_dims(1 / jnp.sqrt(col), d1)
+        u = grad * row_factor * col_factor
+        changed = {"v_row": row, "v_col": col, "count": slots["count"] + jnp.int32(1)}
+        return u.astype(g.dtype), changed
+
+
+def scale_by_factored_rms(
+    factored: bool = True,
+    decay_rate: float = 0.8,
+    step_offset: int = 0,
+    min_dim_size_to_factor: int = 128,
+    epsilon: float = 1e-30,
+    decay_rate_fn: Callable[[Any, Any], Any] | None = None,
+    *,
+    stacked: Any = None,
+) -> ScaleByFactoredRms:
+    r"""Scale updates by Adafactor's factored estimate of the gradients' root mean square.
+
+    Per path, at its step $t = k - k_0 + 1$ ($k$ the path's earlier updates, $k_0$ =
+    `step_offset`), with decay $\hat\beta_t = 1 - t^{-c}$ ($c$ = `decay_rate`; $\hat\beta_1 =
+    0$) and $G = g^2 + \epsilon_1$:
+
+    - an array whose two largest dimensions $d_0$ (largest) and $d_1$ (second) both have at
+      least `min_dim_size_to_factor` elements keeps only their means,
+      $R_t = \hat\beta_t R_{t-1} + (1-\hat\beta_t)\operatorname{mean}_{d_0} G$ and
+      $C_t = \hat\beta_t C_{t-1} + (1-\hat\beta_t)\operatorname{mean}_{d_1} G$, and divides by
+      the rank-one estimate $\hat V = R_t\, C_t / \operatorname{mean}_{d_1} R_t$:
+      $u = g / \sqrt{\hat V}$;
+    - any other array keeps the full $V_t = \hat\beta_t V_{t-1} + (1-\hat\beta_t) G$ and
+      $u = g / \sqrt{V_t}$.
+
+    Memory for an $n\times m$ matrix is $n + m$ instead of $nm$. The moments have per-leaf
+    shapes unlike the params', so packed params are refused.
+
+    Args:
+        factored: factor the moments of arrays that qualify (else every array keeps a full
+            `v`).
+        decay_rate: the exponent $c$ of the decay schedule.
+        step_offset: the step $k_0$ at which the schedule starts (for fine-tuning).
+        min_dim_size_to_factor: factor only if the second largest dimension is this large.
+        epsilon: $\epsilon_1$, added to the squared gradients.
+        decay_rate_fn: a function `(step, decay_rate) -> decay` replacing $1 - t^{-c}$
+            (`step` = $k - k_0$, an int32 array); kept as static structure.
+        stacked: `{selector: n}`: selected leaves are stacks of independent arrays along their
+            first `n` axes; each slice is factored (or not) by its own shape, exactly as
+            separate leaves, and its moments are stacked the same way.
+
+    State:
+        `v_row/<path>` and `v_col/<path>` (the array's shape without axis $d_0$, resp. $d_1$)
+        for factored paths, `v/<path>` (the param's shape) for the others, all in the param's
+        dtype; `count/<path>` an int32 scalar.
+
+    Examples:
+        >>> tx = gradtx.scale_by_factored_rms(min_dim_size_to_factor=2)
+        >>> params = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(4)}
+        >>> {k: v.shape for k, v in gradtx.state_dict(tx.init(params)).items()}
+        {'count/b': (), 'count/w': (), 'v/b': (4,), 'v_col/w': (4,), 'v_row/w': (3,)}
+        >>> u, _ = tx.update({"w": jnp.ones((3, 4)), "b": -jnp.ones(4)}, tx.init(params))
+        >>> u["b"]  # the first step divides by |g|
+        Array([-1., -1., -1., -1.], dtype=float32)
+
+    References:
+        Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", 2018.
+        Zhai et al., "Scaling Vision Transformers", 2021 (bounded decay schedules).
+    """
+    return ScaleByFactoredRms(
+        factored,
+        decay_rate,
+        step_offset,
+        min_dim_size_to_factor,
+        epsilon,
+        decay_rate_fn,
+        stacked,
+    )
+
+
+def adafactor(
+    learning_rate: ScalarOrSchedule | None = None,
+    min_dim_size_to_factor: int = 128,
+    decay_rate: float = 0.8,
+    decay_offset: int = 0,
+    multiply_by_parameter_scale: bool = True,
+    clipping_threshold: float | None = 1.0,
+    momentum: float | None = None,
+    dtype_momentum: Any = jnp.float32,
+    weight_decay_rate: float | None = None,
+    eps: float = 1e-30,
+    factored: bool = True,
+    weight_decay_mask: Any = None,
+    *,
+    stacked: Any = None,
+) -> Chain:
+    r"""Adafactor: factored second moments, update clipping and relative step sizes.
+
+    A flat chain, as in optax: `scale_by_factored_rms(factored, decay_rate, decay_offset,
+    min_dim_size_to_factor, eps)`, then `clip_by_block_rms(clipping_threshold)` (unless
+    `None`), `scale_by_learning_rate(learning_rate, flip_sign=False)` (unless `None`),
+    `scale_by_param_block_rms()` (with `multiply_by_parameter_scale`), `ema(momentum,
+    debias=False)` (with `momentum`), `add_decayed_weights(weight_decay_rate,
+    weight_decay_mask)` (with `weight_decay_rate`) and `scale(-1)`. Per leaf, without momentum
+    or decay:
+
+    $$u = -\eta\,\max(\mathrm{rms}(\theta), 10^{-3})\,
+      \frac{r}{\max(1, \mathrm{rms}(r)/d)},\qquad r = g / \sqrt{\hat V}$$
+
+    with $\hat V$ the (factored) second moment of `scale_by_factored_rms` and $d$ the clipping
+    threshold. The weight decay is added after the learning rate, so it is not scaled by it.
+
+    Args:
+        learning_rate: a number or a schedule, or `None` for no learning-rate factor.
+        min_dim_size_to_factor: factor only arrays whose second largest dimension is this
+            large.
+        decay_rate: the exponent of the second-moment decay schedule $1 - t^{-c}$.
+        decay_offset: the step at which the decay schedule starts (for fine-tuning).
+        multiply_by_parameter_scale: scale steps by each array's parameter RMS.
+        clipping_threshold: the largest RMS of an array's normalised update (`None`: no
+            clipping).
+        momentum: the decay of an (undebiased) moving average of the updates, or `None`.
+        dtype_momentum: dtype of the momentum buffer (`None`: the parameter's dtype).
+        weight_decay_rate: the decay rate, or `None` for no decay.
+        eps: added to the squared gradients.
+        factored: use factored second moments where an array qualifies.
+        weight_decay_mask: a selector of the paths to decay (default: all).
+        stacked: `{selector: n}` for stacked layers: the moments, the clipping and the
+            parameter scale are per slice of the first `n` axes.
+
+    State:
+        `v_row/<path>`, `v_col/<path>`, `v/<path>`, `count/<path>` (see
+        `scale_by_factored_rms`); `schedule_count/<path>` with a schedule; `ema/<path>` with
+        momentum. Packed params are refused.
+
+    Examples:
+        >>> tx = gradtx.adafactor(1e-2)
+        >>> params = {"w": jnp.full((2, 2), 0.5)}
+        >>> u, _ = tx.update({"w": jnp.ones((2, 2))}, tx.init(params), params)
+        >>> u["w"]  # -lr * rms(w) * g / |g|
+        Array([[-0.005, -0.005], [-0.005, -0.005]], dtype=float32)
+
+    References:
+        Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear Memory Cost", 2018.
+    """
+    parts: list = [
+        scale_by_factored_rms(
+            factored, decay_rate, decay_offset, min_dim_size_to_factor, eps, stacked=stacked
+        )
+    ]
+    if clipping_threshold is not None:
+        parts.append(clip_by_block_rms(clipping_threshold, stacked=stacked))
+    if learning_rate is not None:
+        parts.append(scale_by_learning_rate(learning_rate, flip_sign=False))
+    if multiply_by_parameter_scale:
+        parts.append(scale_by_param_block_rms(stacked=stacked))
+    if momentum is not None:
+        parts.append(ema(momentum, debias=False, accumulator_dtype=_dtype_or_none(dtype_momentum)))
+    if weight_decay_rate is not None:
+        parts.append(add_decayed_weights(weight_decay_rate, weight_decay_mask))
+    parts.append(scale(-1.0))
+    return optimizer("adafactor", *parts)

@@ -1,0 +1,124 @@
+"""NovoGrad: Adam-like momentum normalised by a per-array second moment (Ginsburg et al.)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+
+from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.module import hyperparam, static
+from gradtx._transforms.adam import _dtype_or_none
+from gradtx._transforms.clipping import _sum_of_squares
+from gradtx._transforms.misc_transforms import reject_packed
+
+__all__ = ["scale_by_novograd"]
+
+
+def _no_decay(weight_decay: Any) -> bool:
+    return (
+        isinstance(weight_decay, (int, float))
+        and not isinstance(weight_decay, bool)
+        and (weight_decay == 0)
+    )
+
+
+class ScaleByNovograd(ElementwiseTransform):
+    """NovoGrad's layer-wise normalised momentum (see `scale_by_novograd`)."""
+
+    name: ClassVar[str] = "scale_by_novograd"
+    per_leaf_structure: ClassVar[bool] = True
+    b1: Any = hyperparam(0.9)
+    b2: Any = hyperparam(0.25)
+    eps: Any = hyperparam(1e-8)
+    eps_root: Any = hyperparam(0.0)
+    weight_decay: Any = hyperparam(None)
+    mu_dtype: Any = static(None, converter=_dtype_or_none)
+
+    @property
+    def needs_params(self) -> bool:  # type: ignore[override]
+        """The params are needed only with weight decay."""
+        return self.weight_decay is not None
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The momentum `mu`, the per-array second moment `nu` and the path's `count`."""
+        return ("mu", "nu", "count")
+
+    def init(self, params: Any) -> dict:
+        """Slots for every non-`None` leaf (packed params are refused: `nu` is per array)."""
+        reject_packed(params, self.name, "keeps a scalar second moment per array")
+        return super().init(params)
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero `mu` (in `mu_dtype`), a zero scalar `nu` (the param's dtype), count 0."""
+        return {
+            "mu": zeros_for(param, self.mu_dtype),
+            "nu": jnp.zeros((), param.dtype),
+            "count": jnp.zeros((), jnp.int32),
+        }
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """One NovoGrad step for one array; `nu` starts at the first `||g||^2`."""
+        dtype = compute_dtype(g, slots["mu"], slots["nu"])
+        b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
+        grad = g.astype(dtype)
+        norm2 = _sum_of_squares(g).astype(dtype)
+        first = slots["count"] == 0
+        nu = jnp.where(first, norm2, b2 * slots["nu"].astype(dtype) + (1 - b2) * norm2)
+        nu = as_stored(nu, slots["nu"])
+        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
+        step = grad / (jnp.sqrt(nu + eps_root) + eps)
+        if self.weight_decay is not None:
+            step = step + self.weight_decay.astype(dtype) * param.astype(dtype)
+        mu = as_stored(b1 * slots["mu"].astype(dtype) + step, slots["mu"])
+        return mu.astype(g.dtype), {"mu": mu, "nu": nu, "count": slots["count"] + 1}
+
+
+def scale_by_novograd(
+    b1: float = 0.9,
+    b2: float = 0.25,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    weight_decay: float = 0.0,
+    mu_dtype: Any = None,
+) -> ScaleByNovograd:
+    r"""Rescale updates by NovoGrad's momentum of layer-wise normalised gradients.
+
+    Per path (one array, one "layer"), with a scalar second moment $v$:
+
+    $$v_1 = \lVert g_1\rVert_2^2,\qquad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2)\lVert g_t\rVert_2^2$$
+
+    $$m_t = \beta_1 m_{t-1} + \frac{g_t}{\sqrt{v_t + \epsilon_{root}} + \epsilon}
+      + \lambda\,\theta_t,\qquad u_t = m_t$$
+
+    with $m_0 = 0$. The norm needs the whole array, not one element at a time. The step is
+    counted per path.
+
+    Args:
+        b1: decay of the momentum.
+        b2: decay of the second moment.
+        eps: added to the denominator outside the square root.
+        eps_root: added inside the square root.
+        weight_decay: the decay $\lambda$ added inside the momentum. A literal `0` (the
+            default) needs no params; any other value makes `update` need them.
+        mu_dtype: dtype of `mu` (default: the parameter's dtype).
+
+    State:
+        `mu/<path>` shaped like the parameter; `nu/<path>` a scalar in the parameter's dtype;
+        `count/<path>` (int32). Packed params (`gradtx.pack`) are refused: a packed buffer
+        cannot hold one `nu` per array.
+
+    Examples:
+        >>> tx = gradtx.scale_by_novograd()
+        >>> u, state = tx.update({"w": jnp.array([3.0, 4.0])}, tx.init({"w": jnp.zeros(2)}))
+        >>> u["w"], state["nu"]["w"]
+        (Array([0.6, 0.8], dtype=float32), Array(25., dtype=float32))
+
+    References:
+        Ginsburg et al., "Stochastic Gradient Methods with Layer-wise Adaptive Moments for
+        Training of Deep Networks", 2019.
+    """
+    decay = None if _no_decay(weight_decay) else weight_decay
+    return ScaleByNovograd(b1, b2, eps, eps_root, decay, mu_dtype)

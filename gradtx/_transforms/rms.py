@@ -1,0 +1,197 @@
+"""RMSProp's rescaling: by the root of a moving average of squared gradients, plain or centered."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.module import hyperparam, static
+from gradtx._transforms.adam import _dtype_or_none
+
+__all__ = ["scale_by_rms", "scale_by_stddev"]
+
+
+def filled_for(param: Any, value: Any, dtype: Any = None) -> Any:
+    """An array shaped like `param` (with its sharding) filled with the float32 `value`."""
+    zeros = zeros_for(param, dtype)
+    return zeros + jnp.asarray(value).astype(zeros.dtype)
+
+
+class _MovingSquares(ElementwiseTransform):
+    """Shared fields and slots of `ScaleByRms` and `ScaleByStddev`."""
+
+    decay: Any = hyperparam(0.9)
+    eps: Any = hyperparam(1e-8)
+    initial_scale: Any = hyperparam(0.0)
+    eps_in_sqrt: bool = static(True)
+    bias_correction: bool = static(False)
+    centered: ClassVar[bool] = False
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`mu` when centered, `nu`, and the path's step `count` with bias correction."""
+        keys = ("mu", "nu") if self.centered else ("nu",)
+        return keys + ("count",) if self.bias_correction else keys
+
+    def slot_dtype(self, slot: str) -> Any:
+        """The storage dtype asked for a slot (`None`: the parameter's)."""
+        return None
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """`nu` filled with `initial_scale`, `mu` zeros, count 0."""
+        slots = {"nu": filled_for(param, self.initial_scale, self.slot_dtype("nu"))}
+        if self.centered:
+            slots["mu"] = zeros_for(param, self.slot_dtype("mu"))
+        if self.bias_correction:
+            slots["count"] = jnp.zeros((), jnp.int32)
+        return slots
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """One (centered) RMS step for one array, computed in at least float32."""
+        dtype = compute_dtype(g, *(slots[k] for k in ("mu", "nu") if k in slots))
+        decay, grad = self.decay.astype(dtype), g.astype(dtype)
+        new: dict[str, Any] = {}
+        nu = as_stored((1 - decay) * (grad * grad) + decay * slots["nu"].astype(dtype), slots["nu"])
+        new["nu"] = nu
+        if self.centered:
+            mu = as_stored((1 - decay) * grad + decay * slots["mu"].astype(dtype), slots["mu"])
+            new["mu"] = mu
+        if self.bias_correction:
+            count = slots["count"] + jnp.int32(1)
+            correction = 1 - decay ** count.astype(dtype)
+            new["count"] = count
+            nu = nu / correction
+            if self.centered:
+                mu = mu / correction
+        second = nu - mu * mu if self.centered else nu
+        eps = self.eps.astype(dtype)
+        if self.eps_in_sqrt:
+            scaling = jax.lax.rsqrt(second + eps)
+        else:
+            scaling = 1 / (jnp.sqrt(second) + eps)
+        return (scaling * grad).astype(g.dtype), new
+
+
+class ScaleByRms(_MovingSquares):
+    """Rescale by the root of a moving average of squared gradients (see `scale_by_rms`)."""
+
+    name: ClassVar[str] = "scale_by_rms"
+    nu_dtype: Any = static(None, converter=_dtype_or_none)
+
+    def slot_dtype(self, slot: str) -> Any:
+        """`nu_dtype` for `nu`."""
+        return self.nu_dtype
+
+
+class ScaleByStddev(_MovingSquares):
+    """Rescale by a moving estimate of the gradients' standard deviation (`scale_by_stddev`)."""
+
+    name: ClassVar[str] = "scale_by_stddev"
+    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    centered: ClassVar[bool] = True
+
+    def slot_dtype(self, slot: str) -> Any:
+        """`mu_dtype` for `mu`, `nu_dtype` for `nu`."""
+        return self.mu_dtype if slot == "mu" else self.nu_dtype
+
+
+def scale_by_rms(
+    decay: float = 0.9,
+    eps: float = 1e-8,
+    initial_scale: float = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
+    *,
+    nu_dtype: Any = None,
+) -> ScaleByRms:
+    r"""Rescale updates by the root of a moving average of squared gradients (RMSProp).
+
+    Per path, $\nu_0$ filled with `initial_scale`:
+
+    $$\nu_t = \rho\,\nu_{t-1} + (1-\rho)\,g_t^2,\qquad
+      u_t = g_t / \sqrt{\hat\nu_t + \epsilon}\ \text{ or }\ g_t / (\sqrt{\hat\nu_t} + \epsilon)$$
+
+    ($\epsilon$ inside the root with `eps_in_sqrt=True`, as optax; PyTorch adds it outside).
+    $\hat\nu_t = \nu_t$, or $\nu_t/(1-\rho^t)$ with `bias_correction=True`, $t$ counted per
+    path. `scale_by_rms(b2, eps_in_sqrt=False, bias_correction=True)` is Adam's rescaling
+    with `b1=0`.
+
+    Args:
+        decay: the decay $\rho$ of the moving average.
+        eps: the stabilising constant $\epsilon$.
+        initial_scale: the initial value of $\nu$ (PyTorch uses 0, TensorFlow 1 uses 1).
+        eps_in_sqrt: add `eps` inside the square root (else outside).
+        bias_correction: divide $\nu_t$ by $1-\rho^t$.
+        nu_dtype: dtype of `nu` (default: the parameter's dtype).
+
+    State:
+        `nu/<path>` shaped like the parameter; with `bias_correction`, `count/<path>` an
+        int32 scalar.
+
+    Examples:
+        >>> tx = gradtx.scale_by_rms(decay=0.75)
+        >>> state = tx.init({"w": jnp.zeros(2)})
+        >>> u, state = tx.update({"w": jnp.array([2.0, -2.0])}, state)
+        >>> u["w"]
+        Array([ 2., -2.], dtype=float32)
+
+    References:
+        Hinton, "Neural Networks for Machine Learning", lecture 6e, 2012.
+    """
+    return ScaleByRms(decay, eps, initial_scale, eps_in_sqrt, bias_correction, nu_dtype)
+
+
+def scale_by_stddev(
+    decay: float = 0.9,
+    eps: float = 1e-8,
+    initial_scale: float = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> ScaleByStddev:
+    r"""Rescale updates by a moving estimate of the gradients' standard deviation.
+
+    The centered RMSProp of Graves (2013). Per path, $\mu_0 = 0$, $\nu_0$ filled with
+    `initial_scale`:
+
+    $$\mu_t = \rho\,\mu_{t-1} + (1-\rho)\,g_t,\qquad \nu_t = \rho\,\nu_{t-1} + (1-\rho)\,g_t^2$$
+
+    $$u_t = g_t / \sqrt{\hat\nu_t - \hat\mu_t^2 + \epsilon}\ \text{ or }\
+      g_t / (\sqrt{\hat\nu_t - \hat\mu_t^2} + \epsilon)$$
+
+    with $\hat\mu_t, \hat\nu_t$ the moments, or with `bias_correction=True` the moments
+    divided by $1-\rho^t$ ($t$ counted per path). With bias correction the first step's
+    variance estimate is exactly zero, so the first update is $g/\sqrt{\epsilon}$.
+
+    Args:
+        decay: the decay $\rho$ of both moving averages.
+        eps: the stabilising constant $\epsilon$.
+        initial_scale: the initial value of $\nu$.
+        eps_in_sqrt: add `eps` inside the square root (else outside).
+        bias_correction: divide both moments by $1-\rho^t$.
+        mu_dtype: dtype of `mu` (default: the parameter's dtype).
+        nu_dtype: dtype of `nu` (default: the parameter's dtype).
+
+    State:
+        `mu/<path>`, `nu/<path>` shaped like the parameter; with `bias_correction`,
+        `count/<path>` an int32 scalar.
+
+    Examples:
+        >>> tx = gradtx.scale_by_stddev(decay=0.5)
+        >>> state = tx.init({"w": jnp.zeros(1)})
+        >>> u, state = tx.update({"w": jnp.array([2.0])}, state)
+        >>> u["w"]  # 2 / sqrt(0.5 * 4 - (0.5 * 2) ** 2)
+        Array([2.], dtype=float32)
+
+    References:
+        Graves, "Generating Sequences With Recurrent Neural Networks", 2013.
+    """
+    return ScaleByStddev(
+        decay, eps, initial_scale, eps_in_sqrt, bias_correction, mu_dtype, nu_dtype
+    )

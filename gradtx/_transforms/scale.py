@@ -1,0 +1,210 @@
+"""Scaling transformations: identity, set_to_zero, scale, learning rates and schedules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+from jax import lax
+
+from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.lift import cast, compute_dtype
+from gradtx._core.module import Module, hyperparam, static
+
+__all__ = [
+    "identity",
+    "scale",
+    "scale_by_learning_rate",
+    "scale_by_schedule",
+    "set_to_zero",
+]
+
+ScalarOrSchedule = float | jnp.ndarray | Module | Callable[[Any], Any]
+
+
+def _scaled(g: Any, factor: Any) -> Any:
+    dtype = compute_dtype(g)
+    g_, f = cast(g, dtype), cast(factor, dtype)
+    # `lax.mul` binds what `*` would (a scalar needs no broadcast) without tracing a jitted
+    # `jnp.multiply` for every leaf: 2000 leaves traced in about 0.3 s less.
+    product = lax.mul(g_, f) if f.ndim == 0 or f.shape == g_.shape else g_ * f
+    return cast(product, g.dtype)
+
+
+def _is_schedule(value: Any) -> bool:
+    return isinstance(value, Module) or callable(value)
+
+
+class Identity(ElementwiseTransform):
+    """Returns the updates unchanged (see `identity`)."""
+
+    name: ClassVar[str] = "identity"
+
+    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Return `updates` and `state` as they are."""
+        return updates, state
+
+
+class SetToZero(ElementwiseTransform):
+    """Replaces every present update by zeros (see `set_to_zero`)."""
+
+    name: ClassVar[str] = "set_to_zero"
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """Zeros of the update's shape and dtype."""
+        return jnp.zeros_like(g), {}
+
+
+class Scale(ElementwiseTransform):
+    """Multiplies updates by a constant (see `scale`)."""
+
+    name: ClassVar[str] = "scale"
+    step_size: Any = hyperparam()
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """`u = step_size * g`."""
+        return _scaled(g, self.step_size), {}
+
+
+def _scheduled_leaf(schedule: Any, sign: float, g: Any, slots: dict) -> tuple[Any, dict]:
+    count = slots["schedule_count"]
+    factor = sign * hyperparam_at(schedule, count)
+    return _scaled(g, factor), {"schedule_count": count + 1}
+
+
+def _count_slot(param: Any) -> dict[str, Any]:
+    return {"schedule_count": jnp.zeros((), jnp.int32)}
+
+
+class ScaleBySchedule(ElementwiseTransform):
+    """Multiplies updates by `schedule(count)`, one count per path (see `scale_by_schedule`)."""
+
+    name: ClassVar[str] = "scale_by_schedule"
+    step_size_fn: Any = hyperparam()
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`schedule_count`: how many updates each path has received."""
+        return ("schedule_count",)
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero step count."""
+        return _count_slot(param)
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """`u = schedule(count) * g`, then `count += 1`."""
+        return _scheduled_leaf(self.step_size_fn, 1.0, g, slots)
+
+
+class ScaleByLearningRate(ElementwiseTransform):
+    """`-learning_rate * g`, the learning rate a constant or a schedule."""
+
+    name: ClassVar[str] = "scale_by_learning_rate"
+    learning_rate: Any = hyperparam()
+    flip_sign: bool = static(True)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`schedule_count` when the learning rate is a schedule, else nothing."""
+        return ("schedule_count",) if _is_schedule(self.learning_rate) else ()
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero step count when the learning rate is a schedule."""
+        return _count_slot(param) if self.state_keys() else {}
+
+    def update(
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
+        """`-lr * g` for every present path (`+lr * g` with `flip_sign=False`)."""
+        if self.flip_sign and not self.state_keys():
+            # A constant rate is negated once for the tree, not traced again for every leaf.
+            unsigned = self.replace(learning_rate=-self.learning_rate, flip_sign=False)
+            return unsigned.update(updates, state, params, **extra)
+        return super().update(updates, state, params, **extra)
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """`u = -lr * g` (or `+lr * g` with `flip_sign=False`)."""
+        if self.state_keys():
+            return _scheduled_leaf(self.learning_rate, -1.0 if self.flip_sign else 1.0, g, slots)
+        return _scaled(g, -self.learning_rate if self.flip_sign else self.learning_rate), {}
+
+
+def identity() -> Identity:
+    """A transformation that returns the updates unchanged and keeps no state.
+
+    Returns:
+        A stateless transformation; `update` returns its input `updates` as is.
+
+    Examples:
+        >>> tx = gradtx.identity()
+        >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))[0]["w"]
+        Array([1., 1.], dtype=float32)
+    """
+    return Identity()
+
+
+def set_to_zero() -> SetToZero:
+    """Replace every update by zeros (used to freeze parameters inside `partition`).
+
+    `None` leaves stay `None`; each zero array has the update's shape and dtype.
+
+    Examples:
+        >>> tx = gradtx.set_to_zero()
+        >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
+        Array([0., 0.], dtype=float32)
+    """
+    return SetToZero()
+
+
+def scale(step_size: float | jnp.ndarray) -> Scale:
+    """Multiply every update by `step_size`: `u = step_size * g`.
+
+    Args:
+        step_size: a number (stored as a float32 leaf, so a new value never recompiles).
+
+    Examples:
+        >>> tx = gradtx.scale(0.5)
+        >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
+        Array([0.5, 0.5], dtype=float32)
+    """
+    return Scale(step_size)
+
+
+def scale_by_schedule(step_size_fn: Module | Callable[[Any], Any]) -> ScaleBySchedule:
+    """Multiply updates by `step_size_fn(count)`, where `count` is the path's update count.
+
+    Each path keeps its own `schedule_count` slot, so a path that receives no gradient at a step
+    does not advance its schedule.
+
+    Args:
+        step_size_fn: a `gradtx.schedules` schedule or any function `step -> value`.
+
+    Examples:
+        >>> tx = gradtx.scale_by_schedule(gradtx.schedules.linear(1.0, 0.0, 10))
+        >>> state = tx.init({"w": jnp.ones(2)})
+        >>> state["schedule_count"]["w"]
+        Array(0, dtype=int32)
+    """
+    if not _is_schedule(step_size_fn):
+        raise TypeError(
+            "scale_by_schedule: `step_size_fn` must be a schedule or a function of the step, "
+            f"got {step_size_fn!r}; for a constant, use gradtx.scale."
+        )
+    return ScaleBySchedule(step_size_fn)
+
+
+def scale_by_learning_rate(
+    learning_rate: ScalarOrSchedule, *, flip_sign: bool = True
+) -> ScaleByLearningRate:
+    """Scale updates by the learning rate, negated for descent: `u = -learning_rate * g`.
+
+    Args:
+        learning_rate: a number or a schedule (then each path counts its own steps in a
+            `schedule_count` slot).
+        flip_sign: negate (gradient descent). `False` gives `u = learning_rate * g`.
+
+    Examples:
+        >>> tx = gradtx.scale_by_learning_rate(0.1)
+        >>> tx.update({"w": jnp.ones(2)}, {})[0]["w"]
+        Array([-0.1, -0.1], dtype=float32)
+    """
+    return ScaleByLearningRate(learning_rate, flip_sign)
