@@ -60,22 +60,18 @@ from gradtx._transforms.adam_variants import (
     scale_by_radam,
     scale_by_yogi,
 )
+from gradtx._transforms.averaging import ema
 from gradtx._transforms.block_rms import clip_by_block_rms, scale_by_param_block_rms
+from gradtx._transforms.centering import centralize
 from gradtx._transforms.clipping import clip, clip_by_global_norm, global_norm
 from gradtx._transforms.factored import adafactor, scale_by_factored_rms
 from gradtx._transforms.grad_clipping import adaptive_grad_clip, per_example_global_norm_clip
+from gradtx._transforms.guards import keep_params_nonnegative, zero_nans
 from gradtx._transforms.lion import scale_by_lion
-from gradtx._transforms.misc_transforms import (
-    add_noise,
-    centralize,
-    ema,
-    keep_params_nonnegative,
-    normalize_by_update_norm,
-    scale_by_optimistic_gradient,
-    scale_gradient,
-    zero_nans,
-)
+from gradtx._transforms.noise import add_noise
+from gradtx._transforms.normalizing import normalize_by_update_norm
 from gradtx._transforms.novograd import scale_by_novograd
+from gradtx._transforms.optimistic import scale_by_optimistic_gradient
 from gradtx._transforms.polyak import scale_by_polyak
 from gradtx._transforms.rms import scale_by_rms, scale_by_stddev
 from gradtx._transforms.scale import (
@@ -83,6 +79,7 @@ from gradtx._transforms.scale import (
     scale,
     scale_by_learning_rate,
     scale_by_schedule,
+    scale_gradient,
     set_to_zero,
 )
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign

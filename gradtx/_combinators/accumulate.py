@@ -8,13 +8,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.describe import present_paths
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.widening import is_narrow
 from gradtx._layouts.step_counts import split_where_absent
 from gradtx._paths.paths import flatten, is_unit
+from gradtx._paths.subset import present_paths
 
 __all__ = ["Accumulate", "accumulate", "multi_steps"]
 

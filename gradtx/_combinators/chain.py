@@ -7,9 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.describe import merge_descriptions
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
 from gradtx._core.widening import is_narrow, widening
 
 __all__ = ["Chain", "chain", "named_chain"]

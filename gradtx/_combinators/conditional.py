@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._core.describe import present_paths
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._layouts.step_counts import split_where_absent
+from gradtx._paths.subset import present_paths
 
 __all__ = [
     "ConditionallyMask",

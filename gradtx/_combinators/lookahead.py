@@ -7,11 +7,15 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
-from gradtx._core.describe import own_hyperparams, present_paths
-from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
 from gradtx._core.module import field, hyperparam, static
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
-from gradtx._transforms.adam import _dtype_or_none
+from gradtx._core.protocol import (
+    Transformation,
+    as_transformation,
+    check_state_keys,
+    own_hyperparams,
+)
+from gradtx._paths.subset import present_paths
 
 __all__ = ["Lookahead", "lookahead"]
 
@@ -23,7 +27,7 @@ class Lookahead(Transformation):
     fast: Any = field(converter=as_transformation)
     sync_period: int = static()
     alpha: Any = hyperparam()
-    accumulator_dtype: Any = static(None, converter=_dtype_or_none)
+    accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def __check__(self) -> None:
         check_count(self.sync_period, "lookahead: sync_period", 1)

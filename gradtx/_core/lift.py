@@ -41,6 +41,7 @@ __all__ = [
     "as_stored",
     "cast",
     "compute_dtype",
+    "dtype_or_none",
     "init_slots",
     "map_updates",
     "split_explicitly",
@@ -474,3 +475,13 @@ def _update_by_leaf(
             out[name] = join_leaves(values, np.shape(slots_g[name])) if values else slots_g[name]
     u = join_leaves(pieces, np.shape(grad)) if pieces else grad
     return u.astype(grad.dtype), out
+
+
+def dtype_or_none(dtype: Any, name: str = "dtype") -> Any:
+    """A state-dtype argument (`mu_dtype=`, `accumulator_dtype=`, ...) as a numpy dtype or None."""
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"`{name}` must be a dtype or None, got {dtype!r}") from e

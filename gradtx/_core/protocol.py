@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import jax
+import numpy as np
+
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.module import Module, static
+from gradtx._paths.subset import present_paths
 
-__all__ = ["ForeignTransform", "Transformation", "as_transformation", "check_state_keys"]
+__all__ = [
+    "ForeignTransform",
+    "Transformation",
+    "as_transformation",
+    "check_state_keys",
+    "merge_descriptions",
+    "own_hyperparams",
+]
 
 State = Any
 Updates = Any
@@ -66,8 +78,6 @@ class Transformation(Module):
         the order the steps run. A plain transformation acts on every present path with its own
         numeric hyperparameters (schedules evaluated at `step`); combinators override this.
         """
-        from gradtx._core.describe import own_hyperparams, present_paths
-
         entry = (self.name, own_hyperparams(self, step))
         return {path: [entry] for path in present_paths(params)}
 
@@ -137,3 +147,43 @@ def as_transformation(tx: Any, argument: str = "transform") -> Transformation:
         f"`{argument}` must be a transformation (an object with init and update), "
         f"got {type(tx).__name__}: {tx!r}"
     )
+
+
+def _value(value: Any, step: Any) -> Any:
+    if isinstance(value, Module) or callable(value):
+        value = value(np.int32(step))
+    if isinstance(value, (jax.Array, np.ndarray, np.generic, float, int)):
+        array = np.asarray(value)
+        if array.shape == () and np.issubdtype(array.dtype, np.number):
+            return float(array) if np.issubdtype(array.dtype, np.floating) else int(array)
+    return None
+
+
+def own_hyperparams(tx: Any, step: Any = 0) -> dict[str, Any]:
+    """`{name: value}` of the scalar numeric fields of `tx`, schedules evaluated at `step`.
+
+    Sub-transformations and non-scalar fields are left out.
+    """
+    out: dict[str, Any] = {}
+    if not dataclasses.is_dataclass(tx):
+        return out
+    for name in getattr(type(tx), "_data_names", ()):
+        value = getattr(tx, name)
+        if isinstance(value, Transformation) or value is None:
+            continue
+        try:
+            shown = _value(value, step)
+        except Exception:  # a schedule that cannot run on a concrete step: not shown
+            shown = None
+        if shown is not None:
+            out[name] = shown
+    return out
+
+
+def merge_descriptions(*parts: dict[str, list]) -> dict[str, list]:
+    """Concatenate per-path step lists, in order (a chain's description)."""
+    out: dict[str, list] = {}
+    for part in parts:
+        for path, steps in part.items():
+            out.setdefault(path, []).extend(steps)
+    return out

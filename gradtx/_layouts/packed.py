@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from gradtx._paths.cache import remember
-from gradtx._paths.paths import flatten
+from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["LARGE_LEAF", "Layout", "Packed", "join_leaves", "join_path", "pack", "slice_leaf"]
 
@@ -491,3 +491,12 @@ jax.tree_util.register_pytree_with_keys(
     lambda layout, buffers: Packed(layout, tuple(buffers)),
     _flatten_packed,
 )
+
+
+def reject_packed(params: Any, owner: str, why: str) -> None:
+    """Raise a clear error for packed params (`gradtx.pack`), which `owner` cannot serve."""
+    if any(is_unit(leaf) for leaf in flatten(params)[1]):
+        raise TypeError(
+            f"{owner} {why}, which packed params (gradtx.pack) cannot hold; apply it to the "
+            "unpacked params."
+        )

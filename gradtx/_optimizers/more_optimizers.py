@@ -10,9 +10,11 @@ from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam
 from gradtx._optimizers.optimizers import optimizer
+from gradtx._transforms.averaging import ema
 from gradtx._transforms.lion import scale_by_lion
-from gradtx._transforms.misc_transforms import add_noise, ema, scale_by_optimistic_gradient
+from gradtx._transforms.noise import add_noise
 from gradtx._transforms.novograd import scale_by_novograd
+from gradtx._transforms.optimistic import scale_by_optimistic_gradient
 from gradtx._transforms.polyak import scale_by_polyak
 from gradtx._transforms.scale import ScalarOrSchedule, _is_schedule, scale, scale_by_learning_rate
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign

@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
 from gradtx._transforms.rms import filled_for
 
 __all__ = ["scale_by_adadelta", "scale_by_rss"]
@@ -22,7 +21,7 @@ class ScaleByRss(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_rss"
     initial_accumulator_value: Any = hyperparam(0.1)
     eps: Any = hyperparam(1e-7)
-    accumulator_dtype: Any = static(None, converter=_dtype_or_none)
+    accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """The running `sum_of_squares`."""
@@ -49,7 +48,7 @@ class ScaleByAdadelta(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_adadelta"
     rho: Any = hyperparam(0.9)
     eps: Any = hyperparam(1e-6)
-    accumulator_dtype: Any = static(None, converter=_dtype_or_none)
+    accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """Moving averages of squared gradients and of squared updates."""

@@ -7,19 +7,10 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
 
 __all__ = ["scale_by_adam"]
-
-
-def _dtype_or_none(dtype: Any, name: str = "dtype") -> Any:
-    if dtype is None:
-        return None
-    try:
-        return jnp.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"`{name}` must be a dtype or None, got {dtype!r}") from e
 
 
 class ScaleByAdam(ElementwiseTransform):
@@ -30,8 +21,8 @@ class ScaleByAdam(ElementwiseTransform):
     b2: Any = hyperparam(0.999)
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
 
     def state_keys(self) -> tuple[str, ...]:

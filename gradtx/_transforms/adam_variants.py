@@ -7,9 +7,8 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
 from gradtx._transforms.rms import filled_for
 
 __all__ = [
@@ -58,8 +57,8 @@ class ScaleByAmsgrad(_Moments):
     b2: Any = hyperparam(0.999)
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
     bias_correction_mu: bool = static(True)
     bias_correction_nu: bool = static(True)
 
@@ -94,8 +93,8 @@ class ScaleByAdamax(_Moments):
     b1: Any = hyperparam(0.9)
     b2: Any = hyperparam(0.999)
     eps: Any = hyperparam(1e-8)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One AdaMax step for one array, computed in at least float32."""
@@ -119,8 +118,8 @@ class ScaleByBelief(_Moments):
     b2: Any = hyperparam(0.999)
     eps: Any = hyperparam(1e-16)
     eps_root: Any = hyperparam(1e-16)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -184,8 +183,8 @@ class ScaleByRadam(_Moments):
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
     threshold: Any = hyperparam(5.0)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -220,8 +219,8 @@ class ScaleByYogi(_Moments):
     eps: Any = hyperparam(1e-3)
     eps_root: Any = hyperparam(0.0)
     initial_accumulator_value: Any = hyperparam(1e-6)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """Both moments filled with `initial_accumulator_value`, count 0."""
@@ -255,8 +254,8 @@ class ScaleByAdan(ElementwiseTransform):
     b3: Any = hyperparam(0.99)
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """`mu`, `delta` (of gradient differences), `nu`, `prev_grad` and `count`."""

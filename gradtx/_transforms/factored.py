@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._combinators.chain import Chain
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, static
 from gradtx._core.stacked import StackedTransform, as_stacked
+from gradtx._layouts.packed import reject_packed
 from gradtx._optimizers.optimizers import optimizer
 from gradtx._paths.paths import flatten, virtual
-from gradtx._transforms.adam import _dtype_or_none
+from gradtx._transforms.averaging import ema
 from gradtx._transforms.block_rms import clip_by_block_rms, scale_by_param_block_rms
-from gradtx._transforms.misc_transforms import ema, reject_packed
 from gradtx._transforms.scale import ScalarOrSchedule, scale, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -282,7 +282,7 @@ def adafactor(
     if multiply_by_parameter_scale:
         parts.append(scale_by_param_block_rms(stacked=stacked))
     if momentum is not None:
-        parts.append(ema(momentum, debias=False, accumulator_dtype=_dtype_or_none(dtype_momentum)))
+        parts.append(ema(momentum, debias=False, accumulator_dtype=dtype_or_none(dtype_momentum)))
     if weight_decay_rate is not None:
         parts.append(add_decayed_weights(weight_decay_rate, weight_decay_mask))
     parts.append(scale(-1.0))

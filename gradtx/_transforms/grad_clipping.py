@@ -12,8 +12,8 @@ from gradtx._core.module import hyperparam, static
 from gradtx._core.protocol import Transformation
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.complex import reject_complex
+from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
-from gradtx._transforms.misc_transforms import reject_packed
 
 __all__ = ["adaptive_grad_clip", "per_example_global_norm_clip"]
 

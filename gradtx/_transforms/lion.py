@@ -7,9 +7,8 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
 
 __all__ = ["scale_by_lion"]
 
@@ -20,7 +19,7 @@ class ScaleByLion(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_lion"
     b1: Any = hyperparam(0.9)
     b2: Any = hyperparam(0.99)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu`."""

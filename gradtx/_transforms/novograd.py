@@ -7,11 +7,10 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
+from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.clipping import _sum_of_squares
-from gradtx._transforms.misc_transforms import reject_packed
 
 __all__ = ["scale_by_novograd"]
 
@@ -34,7 +33,7 @@ class ScaleByNovograd(ElementwiseTransform):
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
     weight_decay: Any = hyperparam(None)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
 
     @property
     def needs_params(self) -> bool:  # type: ignore[override]

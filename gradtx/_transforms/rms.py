@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
 
 __all__ = ["scale_by_rms", "scale_by_stddev"]
 
@@ -79,7 +78,7 @@ class ScaleByRms(_MovingSquares):
     """Rescale by the root of a moving average of squared gradients (see `scale_by_rms`)."""
 
     name: ClassVar[str] = "scale_by_rms"
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
 
     def slot_dtype(self, slot: str) -> Any:
         """`nu_dtype` for `nu`."""
@@ -90,8 +89,8 @@ class ScaleByStddev(_MovingSquares):
     """Rescale by a moving estimate of the gradients' standard deviation (`scale_by_stddev`)."""
 
     name: ClassVar[str] = "scale_by_stddev"
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
-    nu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
     centered: ClassVar[bool] = True
 
     def slot_dtype(self, slot: str) -> Any:

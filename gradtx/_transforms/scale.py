@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
-from gradtx._core.module import Module, hyperparam, static
+from gradtx._core.module import Module, as_float, hyperparam, static
 
 __all__ = [
     "identity",
     "scale",
     "scale_by_learning_rate",
     "scale_by_schedule",
+    "scale_gradient",
     "set_to_zero",
 ]
 
@@ -208,3 +210,47 @@ def scale_by_learning_rate(
         Array([-0.1, -0.1], dtype=float32)
     """
     return ScaleByLearningRate(learning_rate, flip_sign)
+
+
+@jax.custom_vjp
+def _scale_in_backward(x: Any, factor: Any) -> Any:
+    return x
+
+
+def _forward(x: Any, factor: Any) -> tuple[Any, Any]:
+    return x, factor
+
+
+def _backward(factor: Any, cotangent: Any) -> tuple[Any, Any]:
+    scaled = cotangent.astype(compute_dtype(cotangent)) * factor
+    return scaled.astype(cotangent.dtype), jnp.zeros_like(factor)
+
+
+_scale_in_backward.defvjp(_forward, _backward)
+
+
+def scale_gradient(inputs: Any, scale: float | jax.Array) -> Any:
+    r"""Return `inputs` unchanged, but scale the gradient that flows back through them.
+
+    The forward value is exactly `inputs`; in the backward pass the cotangent of every
+    floating-point leaf is multiplied by `scale`: $\partial L/\partial x \to s\,\partial
+    L/\partial x$. `scale=0` acts like `jax.lax.stop_gradient`. This is a function applied
+    inside the model or loss, not a transformation.
+
+    Args:
+        inputs: an array or a pytree of arrays.
+        scale: the factor (a number or a float32 scalar array; no gradient flows into it).
+
+    Examples:
+        >>> f = lambda x: jnp.sum(gradtx.scale_gradient(x, 0.5) ** 2)
+        >>> jax.grad(f)(jnp.array([1.0, 2.0]))
+        Array([1., 2.], dtype=float32)
+    """
+    factor = as_float(scale, "scale")
+
+    def leaf(x: Any) -> Any:
+        if x is None or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            return x
+        return _scale_in_backward(x, factor)
+
+    return jax.tree.map(leaf, inputs)

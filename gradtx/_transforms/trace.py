@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, cast, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, cast, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._transforms.adam import _dtype_or_none
 
 __all__ = ["trace"]
 
@@ -18,7 +17,7 @@ class Trace(ElementwiseTransform):
     name: ClassVar[str] = "trace"
     decay: Any = hyperparam()
     nesterov: bool = static(False)
-    accumulator_dtype: Any = static(None, converter=_dtype_or_none)
+    accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum buffer `trace`."""

@@ -7,10 +7,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
 from gradtx._optimizers.optimizers import optimizer
-from gradtx._transforms.adam import _dtype_or_none
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -27,7 +26,7 @@ class ScaleByAdemamix(ElementwiseTransform):
     alpha: Any = hyperparam(6.0)
     eps: Any = hyperparam(1e-8)
     eps_root: Any = hyperparam(0.0)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """The fast and slow momenta `m1`, `m2`, the second moment `nu` and the `count`."""

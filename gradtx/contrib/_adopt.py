@@ -8,10 +8,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
 from gradtx._optimizers.optimizers import optimizer
-from gradtx._transforms.adam import _dtype_or_none
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
 __all__ = ["adopt", "quarter_power", "scale_by_adopt"]
@@ -35,7 +34,7 @@ class ScaleByAdopt(ElementwiseTransform):
     b1: Any = hyperparam(0.9)
     b2: Any = hyperparam(0.9999)
     eps: Any = hyperparam(1e-6)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
     use_clipping: bool = static(True)
     clip_value_fn: Callable[[Any], Any] = static(quarter_power, converter=_static_fn)

@@ -9,13 +9,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import (
+    as_stored,
+    compute_dtype,
+    dtype_or_none,
+    init_slots,
+    update_slots,
+    zeros_for,
+)
 from gradtx._core.module import hyperparam, static
 from gradtx._layouts.complex import is_complex
+from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
-from gradtx._transforms.adam import ScaleByAdam, _dtype_or_none
-from gradtx._transforms.misc_transforms import reject_packed
+from gradtx._transforms.adam import ScaleByAdam
 from gradtx._transforms.scale import ScalarOrSchedule
 
 __all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
@@ -145,7 +152,7 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
     ns_steps: int = static(5)
     beta: Any = hyperparam(0.95)
     eps: Any = hyperparam(1e-8)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
     mask: Any = static(None, converter=_optional_selector)
@@ -249,7 +256,7 @@ class Muon(_MuonMath, ElementwiseTransform):
     eps: Any = hyperparam(1e-8)
     weight_decay: Any = hyperparam(0.0)
     weight_decay_mask: Any = static(None, converter=_optional_selector)
-    mu_dtype: Any = static(None, converter=_dtype_or_none)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
     adam_b1: Any = hyperparam(0.9)

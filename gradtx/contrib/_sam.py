@@ -8,12 +8,12 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.apply import apply_updates
-from gradtx._core.describe import merge_descriptions, present_paths
 from gradtx._core.lift import compute_dtype, init_slots, update_slots
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
 from gradtx._layouts.complex import from_real, is_complex
 from gradtx._paths.paths import flatten
+from gradtx._paths.subset import present_paths
 from gradtx.contrib._common import copy_of
 
 __all__ = ["sam"]
