@@ -14,33 +14,19 @@ from gradtx._combinators.partition import multi_transform, partition
 from gradtx._core.apply import apply_updates
 from gradtx._core.protocol import Transformation
 from gradtx._layouts.packed import Packed, pack
-from gradtx._optimizers.adaptive_optimizers import (
-    adabelief,
-    adadelta,
-    adagrad,
-    adamax,
-    adamaxw,
-    adan,
-    amsgrad,
-    nadam,
-    nadamw,
-    radam,
-    rmsprop,
-    yogi,
-)
-from gradtx._optimizers.more_optimizers import (
-    fromage,
-    lion,
-    nesterov,
-    noisy_sgd,
-    novograd,
-    optimistic_gradient_descent,
-    polyak_sgd,
-    rprop,
-    sign_sgd,
-    signum,
-)
-from gradtx._optimizers.optimizers import adam, adamw, sgd
+from gradtx._optimizers.adagrad import adadelta, adagrad
+from gradtx._optimizers.adam import adam, adamw, nadam, nadamw
+from gradtx._optimizers.adam_variants import adabelief, adamax, adamaxw, adan, amsgrad, radam, yogi
+from gradtx._optimizers.factored import adafactor
+from gradtx._optimizers.lion import lion
+from gradtx._optimizers.momentum import nesterov, sgd
+from gradtx._optimizers.noise import noisy_sgd
+from gradtx._optimizers.novograd import novograd
+from gradtx._optimizers.optimistic import optimistic_gradient_descent
+from gradtx._optimizers.polyak import polyak_sgd
+from gradtx._optimizers.rms import rmsprop
+from gradtx._optimizers.sign import rprop, sign_sgd, signum
+from gradtx._optimizers.trust_ratio import fromage, lamb, lars
 from gradtx._state.explain import explain
 from gradtx._state.hyperparams import hyperparams, reset, set_hyperparams
 from gradtx._state.state_dict import (
@@ -60,18 +46,20 @@ from gradtx._transforms.adam_variants import (
     scale_by_radam,
     scale_by_yogi,
 )
+from gradtx._transforms.adaptive_clipping import adaptive_grad_clip
 from gradtx._transforms.averaging import ema
 from gradtx._transforms.block_rms import clip_by_block_rms, scale_by_param_block_rms
 from gradtx._transforms.centering import centralize
 from gradtx._transforms.clipping import clip, clip_by_global_norm, global_norm
-from gradtx._transforms.factored import adafactor, scale_by_factored_rms
-from gradtx._transforms.grad_clipping import adaptive_grad_clip, per_example_global_norm_clip
+from gradtx._transforms.factored import scale_by_factored_rms
 from gradtx._transforms.guards import keep_params_nonnegative, zero_nans
 from gradtx._transforms.lion import scale_by_lion
+from gradtx._transforms.momentum import trace
 from gradtx._transforms.noise import add_noise
 from gradtx._transforms.normalizing import normalize_by_update_norm
 from gradtx._transforms.novograd import scale_by_novograd
 from gradtx._transforms.optimistic import scale_by_optimistic_gradient
+from gradtx._transforms.per_example_clipping import per_example_global_norm_clip
 from gradtx._transforms.polyak import scale_by_polyak
 from gradtx._transforms.rms import scale_by_rms, scale_by_stddev
 from gradtx._transforms.scale import (
@@ -83,8 +71,7 @@ from gradtx._transforms.scale import (
     set_to_zero,
 )
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign
-from gradtx._transforms.trace import trace
-from gradtx._transforms.trust_ratio import lamb, lars, scale_by_trust_ratio
+from gradtx._transforms.trust_ratio import scale_by_trust_ratio
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 __version__ = "0.1.0"

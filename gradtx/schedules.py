@@ -1,22 +1,16 @@
 """Learning-rate and hyperparameter schedules, as pytrees callable as `schedule(step)`."""
 
-from gradtx._schedules.schedules import (
-    Schedule,
-    constant,
+from gradtx._schedules.base import Schedule, constant, join
+from gradtx._schedules.cycles import cosine_onecycle, linear_onecycle, sgdr
+from gradtx._schedules.decays import (
     cosine_decay,
-    cosine_onecycle,
     exponential_decay,
-    join,
     linear,
-    linear_onecycle,
     piecewise_constant,
     piecewise_interpolate,
     polynomial,
-    sgdr,
-    warmup_constant,
-    warmup_cosine_decay,
-    warmup_exponential_decay,
 )
+from gradtx._schedules.warmups import warmup_constant, warmup_cosine_decay, warmup_exponential_decay
 
 __all__ = [
     "Schedule",

@@ -179,3 +179,8 @@ def named_chain(*named: tuple[str, Any]) -> Chain:
             )
     txs = tuple(as_transformation(t, f"named_chain[{n!r}]") for n, t in named)
     return Chain(txs, tuple(n for n, _ in named))
+
+
+def optimizer(label: str, *transforms: Transformation) -> Chain:
+    """A named optimizer: a chain whose children's states share one namespace."""
+    return Chain(tuple(transforms), tuple(t.name for t in transforms), label, flat=True)

@@ -16,7 +16,7 @@ from gradtx._core.module import Module, static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._paths.selectors import Selector
-from gradtx._schedules.schedules import FunctionSchedule, Schedule
+from gradtx._schedules.base import FunctionSchedule, Schedule
 
 __all__ = ["InjectHyperparams", "InjectState", "inject_hyperparams"]
 

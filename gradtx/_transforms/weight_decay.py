@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import hyperparam, static
+from gradtx._core.protocol import Transformation
 from gradtx._paths.selectors import as_selector, select
 
 __all__ = ["add_decayed_weights"]
@@ -85,3 +86,15 @@ def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecay
         (Array([0.1, 0.1], dtype=float32), Array([0., 0.], dtype=float32))
     """
     return AddDecayedWeights(weight_decay, mask)
+
+
+def _is_literal_zero(value: Any) -> bool:
+    """A plain Python zero (not an array, which may be traced or swept)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def _decay_unless_zero(weight_decay: Any, mask: Any) -> list[Transformation]:
+    """`[add_decayed_weights(...)]`, or nothing for a literal zero decay without a mask."""
+    if _is_literal_zero(weight_decay) and mask is None:
+        return []
+    return [add_decayed_weights(weight_decay, mask)]

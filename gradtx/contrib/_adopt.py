@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, static
-from gradtx._optimizers.optimizers import optimizer
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
 __all__ = ["adopt", "quarter_power", "scale_by_adopt"]

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
-from gradtx._optimizers.optimizers import optimizer
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._common import copy_of

@@ -6,11 +6,11 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, init_slots, map_updates
 from gradtx._core.module import hyperparam, static
 from gradtx._core.protocol import Transformation
-from gradtx._optimizers.optimizers import optimizer
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._common import copy_of, paired_arrays, pairwise_sum, scalar_copy, tree_sum
