@@ -12,7 +12,7 @@ from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
-from gradtx.contrib._common import copy_of
+from gradtx.contrib._reductions import copy_of
 
 __all__ = ["cocob", "scale_by_cocob"]
 

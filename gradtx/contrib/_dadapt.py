@@ -10,7 +10,7 @@ from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import hyperparam
 from gradtx._transforms.scale import ScalarOrSchedule
-from gradtx.contrib._common import (
+from gradtx.contrib._reductions import (
     adam_direction_updates,
     bias_correction,
     flat_dot,

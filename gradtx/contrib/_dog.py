@@ -13,8 +13,8 @@ from gradtx._core.module import hyperparam, static
 from gradtx._core.protocol import Transformation
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
-from gradtx.contrib._common import copy_of, paired_arrays, pairwise_sum, scalar_copy, tree_sum
 from gradtx.contrib._dadapt import needs_params_error
+from gradtx.contrib._reductions import copy_of, paired_arrays, pairwise_sum, scalar_copy, tree_sum
 
 __all__ = ["dog", "dowg", "scale_by_dog", "scale_by_dowg"]
 

@@ -10,7 +10,8 @@ from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import hyperparam, static
 from gradtx._transforms.scale import ScalarOrSchedule
-from gradtx.contrib._common import (
+from gradtx.contrib._dadapt import needs_params_error
+from gradtx.contrib._reductions import (
     adam_direction_updates,
     bias_correction,
     copy_of,
@@ -19,7 +20,6 @@ from gradtx.contrib._common import (
     pairwise_sum,
     scalar_copy,
 )
-from gradtx.contrib._dadapt import needs_params_error
 
 __all__ = ["prodigy"]
 

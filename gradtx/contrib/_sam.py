@@ -14,7 +14,7 @@ from gradtx._core.protocol import Transformation, as_transformation, merge_descr
 from gradtx._layouts.complex import from_real, is_complex
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
-from gradtx.contrib._common import copy_of
+from gradtx.contrib._reductions import copy_of
 
 __all__ = ["sam"]
 

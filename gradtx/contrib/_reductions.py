@@ -1,4 +1,4 @@
-"""Helpers shared by the contrib algorithms: parameter copies and global reductions."""
+"""Global reductions over trees, and the param copies they compare against (for contrib)."""
 
 from __future__ import annotations
 
