@@ -4,31 +4,24 @@ Trees combine by path, not by position (a dict and a dataclass with the same pat
 `None` leaves stay `None` and reductions skip them; reductions accumulate in at least float32.
 """
 
+from gradtx._core.tree_access import get, set
 from gradtx._core.tree_math import (
     add,
     add_scale,
-    allclose,
     cast,
     cast_like,
     clip,
     div,
     full_like,
-    get,
     map_with_path,
-    max,
-    min,
     mul,
-    norm,
     ones_like,
     scale,
-    set,
-    size,
     sub,
-    sum,
-    vdot,
     where,
     zeros_like,
 )
+from gradtx._core.tree_reductions import allclose, max, min, norm, size, sum, vdot
 
 __all__ = [
     "add",

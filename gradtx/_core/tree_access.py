@@ -1,20 +1,16 @@
 """Reading and replacing one leaf of a tree by its path (`gradtx.tree.get`, `set`)."""
 
 from __future__ import annotations
-import builtins
-import math
-import re
-from collections.abc import Callable, Sequence
-from typing import Any
-import jax
-import jax.numpy as jnp
-import numpy as np
-from gradtx._core.lift import compute_dtype
-from gradtx._paths.paths import flatten, path_of
-from gradtx._paths.selectors import _is_bool, select
-from gradtx._core.tree_math import _sample
 
-__all__ = ['get', 'set']
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from gradtx._core.tree_math import _sample
+from gradtx._paths.paths import flatten, path_of
+
+__all__ = ["get", "set"]
 
 
 def _children(node: Any) -> tuple[list[tuple[str, Any]], Any] | None:

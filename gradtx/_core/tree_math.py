@@ -1,4 +1,4 @@
-"""Tree utilities that combine trees by path, not by position.
+"""Elementwise tree functions that combine trees by path, not by position.
 
 Every function here matches leaves by their path (`enc/layers/0/w`), so a dict and a
 dataclass with the same paths combine, and two trees whose paths differ raise an error that
@@ -13,7 +13,6 @@ gives a float32 result. Nothing is modified in place.
 from __future__ import annotations
 
 import builtins
-import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,31 +22,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.lift import compute_dtype
-from gradtx._paths.paths import flatten, path_of
+from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import _is_bool, select
 
 __all__ = [
     "add",
     "add_scale",
-    "allclose",
     "cast",
     "cast_like",
     "clip",
     "div",
     "full_like",
-    "get",
     "map_with_path",
-    "max",
-    "min",
     "mul",
-    "norm",
     "ones_like",
     "scale",
-    "set",
-    "size",
     "sub",
-    "sum",
-    "vdot",
     "where",
     "zeros_like",
 ]
@@ -141,9 +131,6 @@ def _total(parts: list[Any], empty: float = 0.0) -> jax.Array:
     for part in parts[1:]:
         total = total + part.astype(dtype)
     return total
-
-
-# --- elementwise -------------------------------------------------------------------------------
 
 
 def add(a: Any, b: Any, *rest: Any) -> Any:
@@ -469,294 +456,3 @@ def map_with_path(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
         for p, leaves in zip(paths, zip(*columns))
     ]
     return treedef.unflatten(out)
-
-
-# --- reductions --------------------------------------------------------------------------------
-
-
-def vdot(a: Any, b: Any) -> jax.Array:
-    """The inner product `sum(conj(a) * b)` over all leaves, accumulated in at least float32.
-
-    Args:
-        a: a tree.
-        b: a tree with the same paths and shapes.
-
-    Returns:
-        A scalar; paths where either input is `None` are skipped.
-
-    Examples:
-        >>> gradtx.tree.vdot({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])})
-        Array(11., dtype=float32)
-    """
-    _, paths, (xs, ys) = _aligned("vdot", ["a", "b"], [a, b])
-    parts = []
-    for p, x, y in zip(paths, xs, ys):
-        if x is None or y is None:
-            continue
-        _same_shape("vdot", p, x, y)
-        dtype = _acc(x, y)
-        x, y = jnp.asarray(x).astype(dtype), jnp.asarray(y).astype(dtype)
-        parts.append(jnp.sum(jnp.conj(x) * y))
-    return _total(parts)
-
-
-def sum(tree: Any) -> jax.Array:
-    """The sum of every element of every leaf, accumulated in at least float32.
-
-    Args:
-        tree: a tree; `None` leaves are skipped.
-
-    Returns:
-        A scalar (0 for a tree with no leaves).
-
-    Examples:
-        >>> gradtx.tree.sum({"w": jnp.ones(3, jnp.bfloat16), "b": [jnp.ones(2), None]})
-        Array(5., dtype=float32)
-    """
-    parts = [jnp.sum(jnp.asarray(x), dtype=_acc(x)) for _, x in _present(tree)]
-    return _total(parts)
-
-
-_ORDS = {1: 1, 2: 2, math.inf: math.inf}
-
-
-def norm(tree: Any, ord: int | float | str = 2, squared: bool = False) -> jax.Array:
-    """The norm of all leaves together, as if concatenated into one vector.
-
-    Args:
-        tree: a tree; `None` leaves are skipped.
-        ord: `1` (sum of absolute values), `2` (Euclidean) or `math.inf` / `"inf"` (largest
-            absolute value).
-        squared: return the norm squared (for `ord=2`, the sum of squares without a square
-            root).
-
-    Returns:
-        A scalar in at least float32 (0 for a tree with no elements).
-
-    Examples:
-        >>> tree = {"a": jnp.array([3.0]), "b": jnp.array([-4.0]), "c": None}
-        >>> gradtx.tree.norm(tree), gradtx.tree.norm(tree, ord=1), gradtx.tree.norm(tree, "inf")
-        (Array(5., dtype=float32), Array(7., dtype=float32), Array(4., dtype=float32))
-    """
-    key = math.inf if isinstance(ord, str) and ord.lower() == "inf" else ord
-    if isinstance(key, str) or key not in _ORDS:
-        raise ValueError(f"tree.norm: `ord` must be 1, 2 or inf, got {ord!r}.")
-    leaves = [jnp.asarray(x) for _, x in _present(tree)]
-    if key == 2:
-        parts = []
-        for x in leaves:
-            y = jnp.abs(x.astype(_acc(x)))
-            parts.append(jnp.sum(y * y))
-        total = _total(parts)
-        return total if squared else jnp.sqrt(total)
-    if key == 1:
-        value = _total([jnp.sum(jnp.abs(x.astype(_acc(x)))) for x in leaves])
-    else:
-        parts = [jnp.max(jnp.abs(x)).astype(_acc(x)) for x in leaves if x.size]
-        dtype = compute_dtype(*parts)
-        value = jnp.zeros((), dtype)
-        for part in parts:
-            value = jnp.maximum(value, part.astype(dtype))
-    return value * value if squared else value
-
-
-def _extremum(fn: str, tree: Any, reduce: Callable, combine: Callable) -> jax.Array:
-    parts = [reduce(jnp.asarray(x)).astype(_acc(x)) for _, x in _present(tree) if jnp.size(x)]
-    if not parts:
-        raise ValueError(f"tree.{fn}: the tree has no elements (only `None` or empty leaves).")
-    dtype = compute_dtype(*parts)
-    value = parts[0].astype(dtype)
-    for part in parts[1:]:
-        value = combine(value, part.astype(dtype))
-    return value
-
-
-def max(tree: Any) -> jax.Array:
-    """The largest element of all leaves, in at least float32.
-
-    Args:
-        tree: a tree with at least one element; `None` and empty leaves are skipped.
-
-    Returns:
-        A scalar.
-
-    Examples:
-        >>> gradtx.tree.max({"a": jnp.array([1.0, 5.0]), "b": [jnp.array(-3.0), None]})
-        Array(5., dtype=float32)
-    """
-    return _extremum("max", tree, jnp.max, jnp.maximum)
-
-
-def min(tree: Any) -> jax.Array:
-    """The smallest element of all leaves, in at least float32.
-
-    Args:
-        tree: a tree with at least one element; `None` and empty leaves are skipped.
-
-    Returns:
-        A scalar.
-
-    Examples:
-        >>> gradtx.tree.min({"a": jnp.array([1.0, 5.0]), "b": [jnp.array(-3.0), None]})
-        Array(-3., dtype=float32)
-    """
-    return _extremum("min", tree, jnp.min, jnp.minimum)
-
-
-def size(tree: Any) -> int:
-    """The number of elements in all leaves together (a Python int, static under `jit`).
-
-    Args:
-        tree: a tree; `None` leaves count as 0.
-
-    Returns:
-        The total number of elements.
-
-    Examples:
-        >>> gradtx.tree.size({"w": jnp.ones((2, 3)), "b": jnp.ones(3), "frozen": None})
-        9
-    """
-    return int(builtins.sum(int(np.prod(jnp.shape(x))) for _, x in _present(tree)))
-
-
-def allclose(
-    a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
-) -> jax.Array:
-    """Whether every leaf of `a` is close to `b`'s leaf at the same path (as `jnp.allclose`).
-
-    Leaves are compared in the wider of their two dtypes (at least float32). A path where
-    both trees have `None` is skipped; `None` in only one of them makes the trees not close.
-
-    Args:
-        a: a tree.
-        b: a tree with the same paths and shapes.
-        rtol: relative tolerance.
-        atol: absolute tolerance.
-        equal_nan: count NaNs at the same position as equal.
-
-    Returns:
-        A bool scalar array (usable under `jit`).
-
-    Examples:
-        >>> a = {"w": jnp.ones(2, jnp.bfloat16)}
-        >>> gradtx.tree.allclose(a, {"w": jnp.full(2, 1.001)}, rtol=1e-2)
-        Array(True, dtype=bool)
-    """
-    _, paths, (xs, ys) = _aligned("allclose", ["a", "b"], [a, b])
-    result = jnp.asarray(True)
-    for p, x, y in zip(paths, xs, ys):
-        if x is None and y is None:
-            continue
-        if x is None or y is None:
-            return jnp.asarray(False)
-        _same_shape("allclose", p, x, y)
-        dtype = _acc(x, y)
-        close = jnp.allclose(
-            jnp.asarray(x).astype(dtype),
-            jnp.asarray(y).astype(dtype),
-            rtol=rtol,
-            atol=atol,
-            equal_nan=equal_nan,
-        )
-        result = result & close
-    return result
-
-
-# --- access by path ----------------------------------------------------------------------------
-
-
-def _children(node: Any) -> tuple[list[tuple[str, Any]], Any] | None:
-    """`([(key string, child), ...], one-level treedef)`, or None if `node` is a leaf."""
-    if node is None:
-        return None
-    keyed, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
-    if treedef.num_nodes == 1 and len(keyed) == 1 and keyed[0][0] == ():
-        return None  # a leaf
-    return [(path_of(kp), child) for kp, child in keyed], treedef
-
-
-class _PathNotFound(KeyError):
-    """No leaf or subtree at a path (a `KeyError` whose message reads as text)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def _walk(node: Any, rest: str, replace: Callable[[Any], Any] | None) -> tuple[Any, Any]:
-    """`(subtree at rest, node with it replaced by replace(subtree) if given)`."""
-    if rest == "":
-        return node, (replace(node) if replace is not None else node)
-    split = _children(node)
-    if split is not None:
-        children, treedef = split
-        for i, (key, child) in enumerate(children):
-            if rest == key or rest.startswith(key + "/"):
-                found, new_child = _walk(child, rest[len(key) + 1 :], replace)
-                if replace is None:
-                    return found, node
-                new = [c for _, c in children]
-                new[i] = new_child
-                return found, treedef.unflatten(new)
-    raise _PathNotFound(rest)
-
-
-def _at(fn: str, tree: Any, path: str, replace: Callable[[Any], Any] | None = None) -> tuple:
-    if not isinstance(path, str):
-        raise TypeError(f"tree.{fn}: `path` must be a string like 'enc/w', got {path!r}.")
-    try:
-        return _walk(tree, path, replace)
-    except _PathNotFound:
-        raise _PathNotFound(
-            f"tree.{fn}: no leaf or subtree at path {path!r}. The tree's paths are "
-            f"{_sample(flatten(tree)[0])}."
-        ) from None
-
-
-def get(tree: Any, path: str) -> Any:
-    """The leaf, or the subtree, at `path`.
-
-    Args:
-        tree: a tree.
-        path: a path as rendered by `gradtx.paths.paths` (`"enc/layers/0/w"`), or the path of
-            a subtree (`"enc"`); `""` is the whole tree.
-
-    Returns:
-        The leaf or subtree (a `None` leaf is returned as `None`).
-
-    Raises:
-        KeyError: if no leaf or subtree has that path; the message lists the tree's paths.
-
-    Examples:
-        >>> params = {"enc": {"layers": [{"w": jnp.ones(2)}]}}
-        >>> gradtx.tree.get(params, "enc/layers/0/w")
-        Array([1., 1.], dtype=float32)
-        >>> gradtx.tree.get(params, "enc/layers")
-        [{'w': Array([1., 1.], dtype=float32)}]
-    """
-    return _at("get", tree, path)[0]
-
-
-def set(tree: Any, path: str, value: Any) -> Any:
-    """A new tree with the leaf (or subtree) at `path` replaced by `value`.
-
-    The input is never modified: the containers along `path` are rebuilt and everything else
-    is shared.
-
-    Args:
-        tree: a tree.
-        path: the path of an existing leaf or subtree (`""` replaces the whole tree).
-        value: the new leaf or subtree (any shape, dtype or structure).
-
-    Returns:
-        The new tree.
-
-    Raises:
-        KeyError: if no leaf or subtree has that path.
-
-    Examples:
-        >>> params = {"enc": {"w": jnp.ones(2)}, "head": [jnp.ones(1)]}
-        >>> new = gradtx.tree.set(params, "head/0", jnp.zeros(1))
-        >>> new["head"], params["head"]
-        ([Array([0.], dtype=float32)], [Array([1.], dtype=float32)])
-    """
-    return _at("set", tree, path, lambda _: value)[1]

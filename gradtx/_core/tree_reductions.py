@@ -5,20 +5,20 @@ bfloat16 tree gives a float32 result.
 """
 
 from __future__ import annotations
+
 import builtins
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gradtx._core.lift import compute_dtype
-from gradtx._paths.paths import flatten, path_of
-from gradtx._paths.selectors import _is_bool, select
-from gradtx._core.tree_math import _acc, _aligned, _present, _same_shape, _total, where
 
-__all__ = ['allclose', 'max', 'min', 'norm', 'size', 'sum', 'vdot']
+from gradtx._core.lift import compute_dtype
+from gradtx._core.tree_math import _acc, _aligned, _present, _same_shape, _total
+
+__all__ = ["allclose", "max", "min", "norm", "size", "sum", "vdot"]
 
 
 def vdot(a: Any, b: Any) -> jax.Array:
