@@ -2,6 +2,7 @@
 #
 #   make test    ruff check, ruff format --check, pytest, notebooks (nbmake), strict docs build
 #   make lint    ruff check + ruff format --check
+#   make quick   pytest without the tests marked slow (the registry's cross products, subprocesses)
 #   make demo    run examples/train_mlp.py
 #   make docs    build the documentation into site/
 #   make bench   run the benchmarks (python -m benchmarks.run)
@@ -29,7 +30,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Silence mkdocs-material's end-of-life banner in build output.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: venv install demo test lint unit notebooks docs bench clean
+.PHONY: venv install demo test lint unit quick notebooks docs bench clean
 
 # --- environment -------------------------------------------------------------------------------
 
@@ -95,6 +96,9 @@ lint: $(STAMP)
 
 unit: install
 	$(unit_cmds)
+
+quick: install
+	$(unit_cmds) -m "not slow"
 
 notebooks: install
 	$(notebook_cmds)

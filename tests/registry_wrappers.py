@@ -77,10 +77,11 @@ WRAPPERS: tuple[Entry, ...] = (
             gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3
         ),
     ),
-    # optax's lookahead, through `OptaxLookahead`, is the oracle in tests/test_lookahead.py,
-    # on the params: its synchronisation step, `u - (1 - alpha) (theta + u - phi)` in float32,
-    # carries the rounding error of the weights theta and phi (about 1e-7 for weights near 1)
-    # into the update, more than this suite's 1e-6 of the update's own size.
+    # optax's lookahead, through `OptaxLookahead`, is the oracle in
+    # tests/combinators/test_lookahead.py, on the params: its synchronisation step,
+    # `u - (1 - alpha) (theta + u - phi)` in float32, carries the rounding error of the weights
+    # theta and phi (about 1e-7 for weights near 1) into the update, more than this suite's 1e-6
+    # of the update's own size.
     Entry(
         id="lookahead-sgd",
         name="lookahead",

@@ -13,6 +13,9 @@ from registry import NON_TRANSFORMATIONS, REGISTRY, covered_names
 
 import gradtx
 
+# A cross product of the registry: left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 N_STEPS = 20
 PARAM_SHAPES = {
     "enc/w": (3, 4),

@@ -26,6 +26,9 @@ from registry import REGISTRY
 import gradtx
 from gradtx import schedules
 
+# Slow (every optimizer run to convergence): left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 TOL = 1e-4
 # bfloat16 params near 1 are spaced 2^-8 (below 1) and 2^-7 (above): a step smaller than half
 # of that is rounded away, so the bf16 target is |x - 1| of about 0.03 on the stiff axis.

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (a subprocess, or a whole run): left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
 STEPS = 200
 

@@ -5,7 +5,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import gradtx
+
+# Slow (a subprocess, or a whole run): left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 MARKER = "GRADTX-SHARDING-OK"
 

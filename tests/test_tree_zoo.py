@@ -13,6 +13,9 @@ from trees import ZOO, colliding, grads_like
 import gradtx
 from gradtx.paths import DuplicatePathError
 
+# A cross product of the registry: left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 # name -> (factory, {state_dict prefix of a per-path slot: expected dtype or None for the
 # param's dtype}, keys that are not per path)
 TRANSFORMS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {

@@ -22,6 +22,9 @@ import references_combinators as rc
 import gradtx
 from gradtx import schedules
 
+# A cross product of the registry: left out of `make quick` (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 SHAPES = {"enc/w": (2, 3), "enc/b": (3,), "head/w": (3,), "head/s": ()}
 N_STEPS = 6
 SCHEDULE = schedules.linear(0.1, 0.02, 6)
