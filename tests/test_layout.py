@@ -1,0 +1,209 @@
+"""The package's layout is its architecture: layer folders that import downward, no cycles.
+
+docs/architecture.md draws the same layers; a move that breaks them fails here first.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import gradtx
+
+PACKAGE = Path(gradtx.__file__).parent
+
+# Each folder may import from folders of a lower rank (and from itself), never upward.
+RANKS = {
+    "_paths": 1,
+    "_layouts": 2,
+    "_core": 3,
+    "_schedules": 4,
+    "_transforms": 4,
+    "_combinators": 5,
+    "_optimizers": 6,
+    "_state": 7,
+    "contrib": 8,
+    "(face)": 9,  # gradtx/__init__.py and the public namespaces paths, schedules, tree
+}
+LEFTOVER_WORDS = ("misc", "more", "util", "helper", "other", "extra", "common")
+
+# Every public name, sorted: moving a module must not add, drop or rename any of them.
+PUBLIC_NAMES = """
+gradtx.LoadReport gradtx.Packed gradtx.StateMismatchError gradtx.Transformation
+gradtx.accumulate gradtx.adabelief gradtx.adadelta gradtx.adafactor gradtx.adagrad gradtx.adam
+gradtx.adamax gradtx.adamaxw gradtx.adamw gradtx.adan gradtx.adaptive_grad_clip
+gradtx.add_decayed_weights gradtx.add_noise gradtx.amsgrad gradtx.apply_if_finite
+gradtx.apply_updates gradtx.bucketed gradtx.centralize gradtx.chain gradtx.clip
+gradtx.clip_by_block_rms gradtx.clip_by_global_norm gradtx.conditionally_mask
+gradtx.conditionally_transform gradtx.contrib gradtx.contrib.ademamix gradtx.contrib.adopt
+gradtx.contrib.cocob gradtx.contrib.dadapt_adamw gradtx.contrib.dog gradtx.contrib.dowg
+gradtx.contrib.muon gradtx.contrib.orthogonalize_via_newton_schulz gradtx.contrib.prodigy
+gradtx.contrib.sam gradtx.contrib.scale_by_ademamix gradtx.contrib.scale_by_adopt
+gradtx.contrib.scale_by_cocob gradtx.contrib.scale_by_dog gradtx.contrib.scale_by_dowg
+gradtx.contrib.scale_by_muon gradtx.ema gradtx.explain gradtx.freeze gradtx.fromage
+gradtx.global_norm gradtx.hyperparams gradtx.identity gradtx.inject_hyperparams
+gradtx.keep_params_nonnegative gradtx.lamb gradtx.lars gradtx.lion gradtx.load_state_dict
+gradtx.lookahead gradtx.masked gradtx.multi_steps gradtx.multi_transform gradtx.nadam
+gradtx.nadamw gradtx.named_chain gradtx.nesterov gradtx.noisy_sgd
+gradtx.normalize_by_update_norm gradtx.novograd gradtx.optimistic_gradient_descent gradtx.pack
+gradtx.partition gradtx.paths gradtx.paths.DuplicatePathError gradtx.paths.LabelError
+gradtx.paths.Selector gradtx.paths.SelectorError gradtx.paths.as_selector gradtx.paths.flatten
+gradtx.paths.leaves gradtx.paths.paths gradtx.paths.resolve_labels gradtx.paths.select
+gradtx.paths.unflatten gradtx.per_example_global_norm_clip gradtx.polyak_sgd gradtx.radam
+gradtx.reconcile gradtx.reset gradtx.rmsprop gradtx.rprop gradtx.scale gradtx.scale_by_adadelta
+gradtx.scale_by_adam gradtx.scale_by_adamax gradtx.scale_by_adan gradtx.scale_by_amsgrad
+gradtx.scale_by_belief gradtx.scale_by_factored_rms gradtx.scale_by_learning_rate
+gradtx.scale_by_lion gradtx.scale_by_novograd gradtx.scale_by_optimistic_gradient
+gradtx.scale_by_param_block_rms gradtx.scale_by_polyak gradtx.scale_by_radam gradtx.scale_by_rms
+gradtx.scale_by_rprop gradtx.scale_by_rss gradtx.scale_by_schedule gradtx.scale_by_sign
+gradtx.scale_by_stddev gradtx.scale_by_trust_ratio gradtx.scale_by_yogi gradtx.scale_gradient
+gradtx.schedules gradtx.schedules.Schedule gradtx.schedules.constant
+gradtx.schedules.cosine_decay gradtx.schedules.cosine_onecycle
+gradtx.schedules.exponential_decay gradtx.schedules.join gradtx.schedules.linear
+gradtx.schedules.linear_onecycle gradtx.schedules.piecewise_constant
+gradtx.schedules.piecewise_interpolate gradtx.schedules.polynomial gradtx.schedules.sgdr
+gradtx.schedules.warmup_constant gradtx.schedules.warmup_cosine_decay
+gradtx.schedules.warmup_exponential_decay gradtx.selective_transform gradtx.set_hyperparams
+gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.state_dict gradtx.trace
+gradtx.trainable gradtx.tree gradtx.tree.add gradtx.tree.add_scale gradtx.tree.allclose
+gradtx.tree.cast gradtx.tree.cast_like gradtx.tree.clip gradtx.tree.div gradtx.tree.full_like
+gradtx.tree.get gradtx.tree.map_with_path gradtx.tree.max gradtx.tree.min gradtx.tree.mul
+gradtx.tree.norm gradtx.tree.ones_like gradtx.tree.scale gradtx.tree.set gradtx.tree.size
+gradtx.tree.sub gradtx.tree.sum gradtx.tree.vdot gradtx.tree.where gradtx.tree.zeros_like
+gradtx.yogi gradtx.zero_nans
+""".split()
+
+
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """`{dotted module name: file}` for every module of the package."""
+    out = {}
+    for file in package.rglob("*.py"):
+        parts = file.relative_to(package.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = file
+    return out
+
+
+def import_edges(modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of a package module, lazy ones inside functions too."""
+    edges = set()
+    for name, file in modules.items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    target = submodule if submodule in modules else node.module
+                    if target in modules:
+                        edges.add((name, target))
+            elif isinstance(node, ast.Import):
+                edges.update((name, a.name) for a in node.names if a.name in modules)
+    return edges
+
+
+def find_cycle(edges: set[tuple[str, str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def folder(module: str) -> str:
+    """The layer folder of a module (`gradtx._core.lift` -> `_core`); `(face)` at the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or parts[1:] == ["contrib"] else "(face)"
+
+
+def upward_imports(edges: set[tuple[str, str]]) -> list[str]:
+    """Imports from a folder of the same or a higher rank than the importer's (other folders)."""
+    return sorted(
+        f"{a} imports {b}"
+        for a, b in edges
+        if folder(a) != folder(b) and RANKS[folder(b)] >= RANKS[folder(a)]
+    )
+
+
+def test_public_names_are_unchanged():
+    names = [f"gradtx.{n}" for n in gradtx.__all__]
+    for namespace in ("paths", "schedules", "tree", "contrib"):
+        module = getattr(gradtx, namespace)
+        names += [f"gradtx.{namespace}.{n}" for n in module.__all__]
+    assert sorted(names) == PUBLIC_NAMES
+    for name in names:  # each is really there, not only listed
+        module, _, attr = name.rpartition(".")
+        assert hasattr(eval(module, {"gradtx": gradtx}), attr), name
+
+
+def test_every_module_sits_in_a_known_layer():
+    unknown = sorted(m for m in _modules() if folder(m) not in RANKS)
+    assert not unknown, f"modules outside the layer folders of RANKS: {unknown}"
+
+
+def test_at_most_a_dozen_files_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+
+
+def test_no_module_is_named_for_being_a_leftover():
+    bad = [m for m in _modules() if any(w in m.rsplit(".", 1)[-1] for w in LEFTOVER_WORDS)]
+    assert not bad, f"name these modules for what they hold: {bad}"
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(import_edges(_modules()))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_layers_import_only_downward():
+    assert upward_imports(import_edges(_modules())) == []
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import(tmp_path):
+    # Guard against vacuous checks: a lazy import that closes a loop and crosses layers.
+    package = tmp_path / "gradtx"
+    (package / "_core").mkdir(parents=True)
+    (package / "_paths").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_core" / "lift.py").write_text("from gradtx._paths.paths import flatten\n")
+    (package / "_paths" / "paths.py").write_text(
+        "def flatten():\n    from gradtx._core import lift\n"
+    )
+    edges = import_edges(_modules(package))
+    assert find_cycle(edges) in (
+        ["gradtx._core.lift", "gradtx._paths.paths", "gradtx._core.lift"],
+        ["gradtx._paths.paths", "gradtx._core.lift", "gradtx._paths.paths"],
+    )
+    assert upward_imports(edges) == ["gradtx._paths.paths imports gradtx._core.lift"]
+
+
+@pytest.mark.parametrize("layer", sorted(set(RANKS) - {"(face)", "contrib"}))
+def test_each_layer_folder_says_what_it_holds(layer):
+    doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text()))
+    assert doc, f"gradtx/{layer}/__init__.py needs a docstring naming what the folder holds"
+
+
+def test_the_architecture_page_draws_and_names_every_folder():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    assert "```mermaid" in page
+    folders = sorted(set(RANKS) - {"(face)"})
+    missing = [f for f in folders if f"`{f}/`" not in page or f"<b>{f}</b>" not in page]
+    assert not missing, f"docs/architecture.md neither draws nor describes: {missing}"
