@@ -7,7 +7,7 @@ from typing import Any
 from gradtx._combinators.chain import Chain, optimizer
 from gradtx._transforms.adagrad import scale_by_adadelta, scale_by_rss
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
-from gradtx._transforms.weight_decay import _decay_unless_zero
+from gradtx._transforms.weight_decay import decay_unless_zero
 
 __all__ = ["adadelta", "adagrad"]
 
@@ -91,7 +91,7 @@ def adadelta(
     """
     return optimizer(
         "adadelta",
-        *_decay_unless_zero(weight_decay, mask),
+        *decay_unless_zero(weight_decay, mask),
         scale_by_adadelta(rho, eps, accumulator_dtype=accumulator_dtype),
         scale_by_learning_rate(learning_rate),
     )

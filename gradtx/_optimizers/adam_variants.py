@@ -14,7 +14,7 @@ from gradtx._transforms.adam_variants import (
     scale_by_yogi,
 )
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
-from gradtx._transforms.weight_decay import _decay_unless_zero, add_decayed_weights
+from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
 __all__ = ["adabelief", "adamax", "adamaxw", "adan", "amsgrad", "radam", "yogi"]
 
@@ -342,6 +342,6 @@ def adan(
     return optimizer(
         "adan",
         scale_by_adan(b1, b2, b3, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
-        *_decay_unless_zero(weight_decay, mask),
+        *decay_unless_zero(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

@@ -2,54 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import jax.numpy as jnp
+from typing import Any
 
 from gradtx._combinators.chain import Chain, optimizer
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._core.lift import compute_dtype
-from gradtx._core.module import hyperparam
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.momentum import trace
-from gradtx._transforms.scale import ScalarOrSchedule, _is_schedule, scale_by_learning_rate
-from gradtx._transforms.trust_ratio import scale_by_trust_ratio
+from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.trust_ratio import FromageStep, scale_by_trust_ratio
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 __all__ = ["fromage", "lamb", "lars"]
-
-
-class _FromageStep(ElementwiseTransform):
-    """`u = -(lr g + (1 - sqrt(1 + lr^2)) param) / sqrt(1 + lr^2)`, lr a number or schedule."""
-
-    name: ClassVar[str] = "fromage_step"
-    needs_params: ClassVar[bool] = True
-    learning_rate: Any = hyperparam()
-
-    def state_keys(self) -> tuple[str, ...]:
-        """`schedule_count` when the learning rate is a schedule, else nothing."""
-        return ("schedule_count",) if _is_schedule(self.learning_rate) else ()
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """A zero step count when the learning rate is a schedule."""
-        return {"schedule_count": jnp.zeros((), jnp.int32)} if self.state_keys() else {}
-
-    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        """The Fromage step relative to the parameter, shrunk by `1 / sqrt(1 + lr^2)`."""
-        dtype = compute_dtype(g, param)
-        changed = {}
-        if self.state_keys():
-            count = slots["schedule_count"]
-            lr = hyperparam_at(self.learning_rate, count)
-            changed = {"schedule_count": count + 1}
-        else:
-            lr = self.learning_rate
-        lr = lr.astype(dtype)
-        root = jnp.sqrt(1 + lr * lr)
-        # 1 / root - 1 without cancellation (it is about -lr^2 / 2 for small lr)
-        shrink = -(lr * lr) / (root * (1 + root))
-        u = -(lr / root) * g.astype(dtype) + shrink * param.astype(dtype)
-        return u.astype(g.dtype), changed
 
 
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
@@ -83,9 +45,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
         learning", 2020.
     """
     # The trust ratio with coefficient 1 and eps 0: max(||param||, n) / max(||g||, n).
-    return optimizer(
-        "fromage", scale_by_trust_ratio(min_norm=min_norm), _FromageStep(learning_rate)
-    )
+    return optimizer("fromage", scale_by_trust_ratio(min_norm=min_norm), FromageStep(learning_rate))
 
 
 def lamb(

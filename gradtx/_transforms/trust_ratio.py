@@ -1,4 +1,4 @@
-"""Layer-wise trust ratios (LARS, LAMB): each array's update scaled to its parameter's norm."""
+"""Layer-wise trust ratios: updates scaled to their parameter's norm (LARS, LAMB, Fromage)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
+from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._paths.selectors import select
 from gradtx._transforms.clipping import _sum_of_squares
+from gradtx._transforms.scale import _is_schedule
 from gradtx._transforms.weight_decay import _optional_selector
 
 __all__ = ["scale_by_trust_ratio"]
@@ -105,3 +107,36 @@ def scale_by_trust_ratio(
         You et al., "Large Batch Training of Convolutional Networks", 2017.
     """
     return ScaleByTrustRatio(min_norm, trust_coefficient, eps, mask, stacked)
+
+
+class FromageStep(ElementwiseTransform):
+    """`u = -(lr g + (1 - sqrt(1 + lr^2)) param) / sqrt(1 + lr^2)`, lr a number or schedule."""
+
+    name: ClassVar[str] = "fromage_step"
+    needs_params: ClassVar[bool] = True
+    learning_rate: Any = hyperparam()
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`schedule_count` when the learning rate is a schedule, else nothing."""
+        return ("schedule_count",) if _is_schedule(self.learning_rate) else ()
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero step count when the learning rate is a schedule."""
+        return {"schedule_count": jnp.zeros((), jnp.int32)} if self.state_keys() else {}
+
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """The Fromage step relative to the parameter, shrunk by `1 / sqrt(1 + lr^2)`."""
+        dtype = compute_dtype(g, param)
+        changed = {}
+        if self.state_keys():
+            count = slots["schedule_count"]
+            lr = hyperparam_at(self.learning_rate, count)
+            changed = {"schedule_count": count + 1}
+        else:
+            lr = self.learning_rate
+        lr = lr.astype(dtype)
+        root = jnp.sqrt(1 + lr * lr)
+        # 1 / root - 1 without cancellation (it is about -lr^2 / 2 for small lr)
+        shrink = -(lr * lr) / (root * (1 + root))
+        u = -(lr / root) * g.astype(dtype) + shrink * param.astype(dtype)
+        return u.astype(g.dtype), changed

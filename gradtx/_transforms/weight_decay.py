@@ -93,7 +93,7 @@ def _is_literal_zero(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
-def _decay_unless_zero(weight_decay: Any, mask: Any) -> list[Transformation]:
+def decay_unless_zero(weight_decay: Any, mask: Any) -> list[Transformation]:
     """`[add_decayed_weights(...)]`, or nothing for a literal zero decay without a mask."""
     if _is_literal_zero(weight_decay) and mask is None:
         return []
