@@ -1,5 +1,6 @@
 """Predictable misuse fails early, with a message that names the path, the selector or the fix."""
 
+import jax
 import jax.numpy as jnp
 import optax
 import pytest
@@ -188,3 +189,13 @@ def test_hyperparameter_given_a_complex_number():
 def test_bad_state_dtype():
     with pytest.raises(TypeError, match=r"`ScaleByAdam.mu_dtype` must be a dtype or None"):
         gradtx.adam(0.1, mu_dtype="not a dtype")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["tree", "packed"])
+def test_params_missing_a_path_that_needs_them_are_named(packed):
+    net = {"w": jnp.ones(2), "b": jnp.zeros(3)}
+    params = {"net": gradtx.pack(net) if packed else net, "head": jnp.ones(2)}
+    tx = gradtx.add_decayed_weights(0.1)
+    grads = jax.tree.map(jnp.ones_like, params)
+    with pytest.raises(KeyError, match="add_decayed_weights: the params have no leaf at path"):
+        tx.update(grads, tx.init(params), {"head": params["head"]})

@@ -30,8 +30,10 @@ class ElementwiseTransform(Transformation):
         init_leaf(param) -> {slot: array}
         update_leaf(g, slots, param) -> (update, {slot: new array})
         selected_paths(updates, params) -> set of paths to transform, or None for all
-        masked_update_leaf(g, slots, param, selected) -> (update, {slot: new array}), optional:
-            the math on a packed buffer of which only the `selected` elements are transformed
+        masked_update_leaf(g, slots, param, selected) -> (update, {slot: new array}): the
+            math on a packed buffer of which only the `selected` elements are transformed;
+            needed with `selected_paths` unless `per_leaf_structure` (a selection that splits
+            a packed buffer is an error without it)
 
     State: `{slot: {path: array}}`; stateless transformations have `{}`. The slots named in
     `step_count_slots` are `StepCounts` mappings instead, advanced by the lifting helper.
@@ -66,10 +68,9 @@ class ElementwiseTransform(Transformation):
         """Paths to transform (others pass through); `None` means every present path."""
         return None
 
-    # Optional `(g, slots, param, selected) -> (update, changed slots)`: `update_leaf` where
-    # the bool array `selected` is true, the inputs unchanged elsewhere, on a packed buffer
-    # that `selected_paths` splits. Without it the helper selects between `update_leaf`'s
-    # results and the inputs, which reads `g` twice (see `AddDecayedWeights`).
+    # `(g, slots, param, selected) -> (update, changed slots)`: `update_leaf` where the bool
+    # array `selected` is true, the inputs unchanged elsewhere, on a packed buffer that
+    # `selected_paths` splits (see `AddDecayedWeights`, which reads `g` once that way).
     masked_update_leaf: ClassVar[Callable[..., tuple[Any, dict]] | None] = None
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:

@@ -226,11 +226,10 @@ def update_slots(
         needs_params: raise a clear error if `params` is `None`.
         where: optional set of paths to transform; other paths pass through unchanged.
         per_leaf: the math needs each leaf's own array (not a packed buffer of many leaves).
-        masked_update: optional `(g, leaf_slots, param, selected) -> (u, new_leaf_slots)` for
-            a packed buffer that `where` selects in part (`selected`: a bool array shaped like
+        masked_update: `(g, leaf_slots, param, selected) -> (u, new_leaf_slots)` for a
+            packed buffer that `where` selects in part (`selected`: a bool array shaped like
             the buffer); it must equal `leaf_update` where `selected` and leave the rest as
-            it was. Without it, the helper selects between `leaf_update`'s results and the
-            inputs.
+            it was. Without it, such a buffer is an error naming the path.
 
     Returns:
         The new updates (same structure as `updates`) and the new slots, in which only the
@@ -351,10 +350,14 @@ def _update_unit(
             u, changed = _update_by_leaf(leaf_update, grad, slots_g, param_g, layout, group, mask)
         elif mask is True:
             u, changed = leaf_update(grad, slots_g, param_g)
-        elif masked_update is not None:
-            u, changed = masked_update(grad, slots_g, param_g, _mask_array(mask))
+        elif masked_update is None:
+            raise TypeError(
+                f"{owner} selects some paths of the packed buffer at {path!r} but has no "
+                "masked update for a buffer that a selection splits; run it per leaf or "
+                "pack the selected parameters separately."
+            )
         else:
-            u, changed = _masked(mask, grad, leaf_update(grad, slots_g, param_g), slots_g)
+            u, changed = masked_update(grad, slots_g, param_g, _mask_array(mask))
         new_u.append(u)
         for name, old in slots_g.items():
             new_slots[name].append(cast(changed.get(name, old), old.dtype))
@@ -378,14 +381,6 @@ def _mask_array(mask: np.ndarray) -> Any:
     # Below LARGE_LEAF elements a constant costs nothing measurable to compile, and it keeps
     # small buffers' results bit-for-bit those of the per-leaf layout.
     return _selection(mask) if mask.size >= LARGE_LEAF else jnp.asarray(mask)
-
-
-def _masked(mask: np.ndarray, grad: Any, result: tuple[Any, dict], old: dict) -> tuple[Any, dict]:
-    """Keep unselected elements of a packed buffer as they were."""
-    u, changed = result
-    m = _mask_array(mask)
-    out = {name: jnp.where(m, value, old[name]) for name, value in changed.items()}
-    return jnp.where(m, u, grad), out
 
 
 # Each mask's coarse form, by the mask's identity (a layout keeps its masks, read-only, so a

@@ -300,3 +300,53 @@ def test_equal_layouts_are_one_object_and_compare_by_content():
     moved = Layout(copy.treedef, copy.specs[::-1], copy.groups, copy.sizes)
     assert moved != a.layout
     assert (a.layout == "float32") is False
+
+
+# --- the lifting helper's guards for a selection that splits a packed buffer -------------------
+# No public transformation reaches them (weight decay brings a masked update and keeps no
+# state; the others run per leaf or refuse packed params): a transformation written later must
+# meet them, so they are pinned here with small private subclasses.
+
+
+def _selecting(with_masked_update: bool, with_count: bool):
+    from gradtx._core.elementwise import ElementwiseTransform
+
+    class Selecting(ElementwiseTransform):
+        name = "selecting"
+
+        def state_keys(self):
+            return ("count",) if with_count else ()
+
+        def init_leaf(self, param):
+            return {"count": jnp.zeros((), jnp.int32)} if with_count else {}
+
+        def update_leaf(self, g, slots, param):
+            return 2 * g, {}
+
+        def selected_paths(self, updates, params):
+            return {"a"}
+
+        if with_masked_update:
+
+            def masked_update_leaf(self, g, slots, param, selected):
+                return jnp.where(selected, 2 * g, g), {}
+
+    return Selecting()
+
+
+def test_a_split_buffer_needs_a_masked_update():
+    packed = gradtx.pack({"a": jnp.ones(2), "b": jnp.ones(3)})
+    tx = _selecting(with_masked_update=False, with_count=False)
+    with pytest.raises(TypeError, match="selecting selects some paths of the packed buffer"):
+        tx.update(packed, tx.init(packed))
+    tx = _selecting(with_masked_update=True, with_count=False)
+    updates, _ = tx.update(packed, tx.init(packed))
+    np.testing.assert_array_equal(updates.unpack()["a"], [2.0, 2.0])
+    np.testing.assert_array_equal(updates.unpack()["b"], [1.0, 1.0, 1.0])
+
+
+def test_a_split_buffer_cannot_share_one_count():
+    packed = gradtx.pack({"a": jnp.ones(2), "b": jnp.ones(3)})
+    tx = _selecting(with_masked_update=True, with_count=True)
+    with pytest.raises(ValueError, match="state 'count' is one value for the whole buffer"):
+        tx.update(packed, tx.init(packed))
