@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import init_slots, update_slots
 from gradtx._core.module import Module
 from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._paths.cache import BoundedCache
 
 __all__ = ["ElementwiseTransform", "hyperparam_at"]
 
@@ -122,7 +123,8 @@ def _run_update_leaf(tx: ElementwiseTransform, g: Any, slots: dict, param: Any) 
 # to trace again than to call, so it stays inline.
 _update_leaf_once = jax.jit(_run_update_leaf)
 _CALL_FROM = 6  # operations in one leaf's math
-_calls: dict[Any, bool] = {}
+# Whether each (transformation structure, leaf signature) is called or inlined.
+_calls: BoundedCache = BoundedCache(4096)
 
 
 def _traced_once(tx: ElementwiseTransform) -> Callable[..., tuple[Any, dict]]:
@@ -136,7 +138,7 @@ def _traced_once(tx: ElementwiseTransform) -> Callable[..., tuple[Any, dict]]:
         call = _calls.get(key)
         if call is None:
             traced = _update_leaf_once.trace(tx, g, slots, param)
-            call = _calls[key] = len(traced.jaxpr.eqns) >= _CALL_FROM
+            call = _calls.remember(key, len(traced.jaxpr.eqns) >= _CALL_FROM)
         if call:
             return _update_leaf_once(tx, g, slots, param)
         return tx.update_leaf(g, slots, param)

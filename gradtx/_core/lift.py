@@ -34,7 +34,7 @@ from gradtx._layouts.complex import (
 )
 from gradtx._layouts.packed import LARGE_LEAF, Packed, check_same_layout, join_leaves, slice_leaf
 from gradtx._layouts.step_counts import StepCounts
-from gradtx._paths.cache import remember
+from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = [
@@ -60,7 +60,7 @@ def compute_dtype(*arrays: Any) -> Any:
     return promoted(jnp.float32, *(a.dtype for a in arrays))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def promoted(*dtypes: Any) -> Any:
     """The dtype that standard promotion gives `dtypes`, even under strict promotion.
 
@@ -385,7 +385,7 @@ def _mask_array(mask: np.ndarray) -> Any:
 
 # Each mask's coarse form, by the mask's identity (a layout keeps its masks, read-only, so a
 # trace of the same step finds them here; 4M elements take about 2 ms to pack).
-_COARSE: dict[int, tuple[np.ndarray, tuple[np.ndarray, int, np.ndarray | None]]] = {}
+_COARSE: BoundedCache = BoundedCache(16)
 
 
 def _coarse_mask(mask: np.ndarray) -> tuple[np.ndarray, int, np.ndarray | None]:
@@ -410,7 +410,7 @@ def _coarse_mask(mask: np.ndarray) -> tuple[np.ndarray, int, np.ndarray | None]:
     if shift < 5:
         words = np.packbits(coarse, bitorder="little")
         words = np.pad(words, (0, -words.size % 4)).view("<u4")
-    return remember(_COARSE, id(mask), (mask, (coarse, shift, words)), 16)[1]
+    return _COARSE.remember(id(mask), (mask, (coarse, shift, words)))[1]
 
 
 def _selection(mask: np.ndarray) -> jax.Array:

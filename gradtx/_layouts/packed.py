@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._paths.cache import remember
+from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["LARGE_LEAF", "Layout", "Packed", "join_leaves", "join_path", "pack", "slice_leaf"]
@@ -133,12 +133,12 @@ class Layout:
             # A buffer's leaves lie end to end in spec order (see `pack`).
             mask = np.repeat(hits, self.leaf_sizes[group])
             mask.flags.writeable = False
-            remember(self._masks, key, mask, 16)
+            self._masks.remember(key, mask)
         return mask
 
     @functools.cached_property
-    def _masks(self) -> dict[tuple, np.ndarray]:
-        return {}
+    def _masks(self) -> BoundedCache:
+        return BoundedCache(16)
 
     @functools.cached_property
     def leaf_sizes(self) -> tuple[np.ndarray, ...]:
@@ -171,7 +171,7 @@ def join_path(prefix: str, path: str) -> str:
     return f"{prefix}/{path}" if path else prefix
 
 
-_OFFSETS: dict[Layout, tuple[jax.Array, ...]] = {}
+_OFFSETS: BoundedCache = BoundedCache(256)
 
 
 class Packed:
@@ -224,7 +224,7 @@ class Packed:
         cached = _OFFSETS.get(self.layout)
         if cached is None:
             offsets = tuple(jnp.asarray(s.offset, jnp.int32) for s in self.layout.specs)
-            cached = remember(_OFFSETS, self.layout, offsets, 256)
+            cached = _OFFSETS.remember(self.layout, offsets)
         return cached
 
     def unpack(self, offsets: tuple | None = None) -> Any:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._layouts.packed import join_path
-from gradtx._paths.cache import remember
+from gradtx._paths.cache import BoundedCache
 from gradtx._paths.subset import present_paths
 
 __all__ = ["StepCounts", "group_counts", "split_where_absent"]
@@ -58,13 +58,13 @@ class CountLayout:
 
 # JAX compares a pytree's static data on every jitted call; one live layout per grouping
 # makes that an identity test.
-_LAYOUTS: dict[CountLayout, CountLayout] = {}
+_LAYOUTS: BoundedCache = BoundedCache(1024)
 
 
 def _layout(groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> CountLayout:
     layout = CountLayout(groups, order)
     live = _LAYOUTS.get(layout)
-    return remember(_LAYOUTS, layout, layout, 1024) if live is None else live
+    return _LAYOUTS.remember(layout, layout) if live is None else live
 
 
 class StepCounts(Mapping):

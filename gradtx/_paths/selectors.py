@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gradtx._paths.cache import remember
+from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit, virtual
 
 __all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
@@ -200,7 +200,7 @@ def _from_bools(
 
 # Glob and regex selections depend only on the paths, so each is made once per set of paths
 # (every trace of a step selects again: on 2000 paths, a glob took about 3 ms to match).
-_BY_PATHS: dict[tuple, frozenset[str]] = {}
+_BY_PATHS: BoundedCache = BoundedCache(256)
 
 
 def _select_set(
@@ -215,7 +215,7 @@ def _select_set(
     chosen = _BY_PATHS.get(key)
     if chosen is None:
         chosen = frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
-        remember(_BY_PATHS, key, chosen, 256)
+        _BY_PATHS.remember(key, chosen)
     return chosen
 
 

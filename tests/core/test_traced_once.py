@@ -9,6 +9,7 @@ import pytest
 
 import gradtx
 import gradtx._core.elementwise as elementwise
+from gradtx._paths.cache import BoundedCache
 
 
 def _params(n: int, dtype=jnp.float32) -> dict:
@@ -105,7 +106,7 @@ def test_calling_the_math_gives_bit_for_bit_the_inline_results(monkeypatch, make
 
     called = run()
     monkeypatch.setattr(elementwise, "_CALL_FROM", 10**9)  # everything inline
-    monkeypatch.setattr(elementwise, "_calls", {})
+    monkeypatch.setattr(elementwise, "_calls", BoundedCache(4096))
     inline = run()
     assert len(called) == len(inline)
     for a, b in zip(called, inline):

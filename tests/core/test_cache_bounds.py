@@ -1,0 +1,86 @@
+"""Every cache that tracing and eager dispatch fill has a bound, so memory stays flat.
+
+`benchmarks/memory.py` measures the result over 10,000 steps (resident memory and live
+arrays); these tests pin the mechanism.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import pkgutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+import gradtx
+from gradtx._core import dispatch
+from gradtx._paths import paths as paths_module
+from gradtx._paths.cache import BoundedCache
+
+PACKAGE = Path(gradtx.__file__).parent
+# Module-level containers that are not caches, and why.
+NOT_CACHES = {
+    # widened arrays of the chain that is running, removed when its update ends
+    ("gradtx._core.widening", "_SOURCES"),
+}
+
+
+def _modules():
+    for info in pkgutil.walk_packages(gradtx.__path__, prefix="gradtx."):
+        yield importlib.import_module(info.name)
+
+
+def _empty_container(node: ast.expr | None) -> bool:
+    if isinstance(node, (ast.Dict, ast.List, ast.Set)):
+        return not getattr(node, "keys", getattr(node, "elts", None))
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("dict", "list", "set")
+
+
+def test_every_module_level_container_filled_at_run_time_is_a_bounded_cache():
+    unbounded = set()
+    for module in _modules():
+        tree = ast.parse(Path(module.__file__).read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and _empty_container(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                unbounded.update((module.__name__, t.id) for t in targets)
+    assert unbounded == NOT_CACHES, "use BoundedCache for a cache filled while tracing"
+
+
+def test_every_bounded_cache_and_lru_cache_has_a_limit():
+    caches = 0
+    for module in _modules():
+        for name, value in vars(module).items():
+            if isinstance(value, BoundedCache):
+                caches += 1
+                assert 0 < value.limit <= 65536, f"{module.__name__}.{name}"
+            if isinstance(value, functools._lru_cache_wrapper):
+                assert value.cache_info().maxsize is not None, f"{module.__name__}.{name}"
+    assert caches >= 7  # paths, unit types, selections, offsets, count layouts, masks, calls
+
+
+def test_a_full_cache_is_emptied_and_keeps_answering(monkeypatch):
+    monkeypatch.setattr(paths_module._CACHE, "limit", 4)
+    paths_module._CACHE.clear()
+    for i in range(10):
+        tree = {f"k{i}": 1.0, "layers": [2.0] * (i + 1)}
+        assert gradtx.paths.paths(tree)[0] == f"k{i}"
+        assert len(paths_module._CACHE) <= 4
+
+
+def test_eager_steps_reuse_one_compiled_program_whatever_the_hyperparameters():
+    # The eager dispatcher compiles per structure only; JAX bounds its cache of programs
+    # (8192 per function), and new learning rates or steps must not add entries.
+    params = {"w": jnp.ones(3), "b": jnp.zeros(2)}
+    grads = jax.tree.map(jnp.ones_like, params)
+    tx = gradtx.adam(1e-3)
+    state = tx.init(params)
+    _, state = tx.update(grads, state, params)
+    before = dispatch._run._cache_size()
+    for step in range(20):
+        tx = gradtx.adam(1e-3 * (step + 1))
+        _, state = tx.update(grads, state, params)
+    assert dispatch._run._cache_size() == before
