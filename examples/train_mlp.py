@@ -182,7 +182,7 @@ def train(step, params, state, x, y, steps: int, schedule, progress: Progress) -
             loss_value = float(loss)
             losses.append((i, loss_value))
             if i in checkpoints:
-                stats = gradtx.state_dict(state)
+                stats = gradtx.stats(state)  # every statistic the state keeps, by name
                 grad_norm = float(stats["clip_by_global_norm/global_norm"])
                 lr = float(learning_rate(i - 1))  # the learning rate used by step i
                 progress.message(

@@ -5,12 +5,14 @@ from gradtx._combinators.accumulate import accumulate, multi_steps
 from gradtx._combinators.bucketed import bucketed
 from gradtx._combinators.chain import chain, named_chain
 from gradtx._combinators.conditional import conditionally_mask, conditionally_transform
+from gradtx._combinators.ema_params import ema_params
 from gradtx._combinators.finite import apply_if_finite
 from gradtx._combinators.freeze import freeze, selective_transform, trainable
 from gradtx._combinators.inject import inject_hyperparams
 from gradtx._combinators.lookahead import lookahead
 from gradtx._combinators.masked import masked
 from gradtx._combinators.partition import multi_transform, partition
+from gradtx._combinators.schedule_free import schedule_free
 from gradtx._core.apply import apply_updates
 from gradtx._core.protocol import Transformation
 from gradtx._layouts.packed import Packed, pack
@@ -25,8 +27,11 @@ from gradtx._optimizers.novograd import novograd
 from gradtx._optimizers.optimistic import optimistic_gradient_descent
 from gradtx._optimizers.polyak import polyak_sgd
 from gradtx._optimizers.rms import rmsprop
+from gradtx._optimizers.schedule_free import schedule_free_adamw, schedule_free_sgd
 from gradtx._optimizers.sign import rprop, sign_sgd, signum
 from gradtx._optimizers.trust_ratio import fromage, lamb, lars
+from gradtx._state.checkpoint import RestoreReport, restore, save
+from gradtx._state.eval_params import eval_params
 from gradtx._state.explain import explain
 from gradtx._state.hyperparams import hyperparams, reset, set_hyperparams
 from gradtx._state.state_dict import (
@@ -36,6 +41,7 @@ from gradtx._state.state_dict import (
     reconcile,
     state_dict,
 )
+from gradtx._state.stats import stats
 from gradtx._transforms.adagrad import scale_by_adadelta, scale_by_rss
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.adam_variants import (
@@ -55,6 +61,7 @@ from gradtx._transforms.factored import scale_by_factored_rms
 from gradtx._transforms.guards import keep_params_nonnegative, zero_nans
 from gradtx._transforms.lion import scale_by_lion
 from gradtx._transforms.momentum import trace
+from gradtx._transforms.monitor import monitor
 from gradtx._transforms.noise import add_noise
 from gradtx._transforms.normalizing import normalize_by_update_norm
 from gradtx._transforms.novograd import scale_by_novograd
@@ -79,6 +86,7 @@ __version__ = "0.1.0"
 __all__ = [
     "LoadReport",
     "Packed",
+    "RestoreReport",
     "StateMismatchError",
     "Transformation",
     "accumulate",
@@ -106,9 +114,11 @@ __all__ = [
     "hyperparams",
     "inject_hyperparams",
     "masked",
+    "monitor",
     "multi_transform",
     "partition",
     "reset",
+    "restore",
     "selective_transform",
     "set_hyperparams",
     "trainable",
@@ -118,6 +128,8 @@ __all__ = [
     "conditionally_mask",
     "conditionally_transform",
     "ema",
+    "ema_params",
+    "eval_params",
     "fromage",
     "global_norm",
     "identity",
@@ -144,6 +156,7 @@ __all__ = [
     "reconcile",
     "rmsprop",
     "rprop",
+    "save",
     "scale",
     "scale_by_adadelta",
     "scale_by_adam",
@@ -168,12 +181,16 @@ __all__ = [
     "scale_by_trust_ratio",
     "scale_by_yogi",
     "scale_gradient",
+    "schedule_free",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
     "schedules",
     "set_to_zero",
     "sgd",
     "sign_sgd",
     "signum",
     "state_dict",
+    "stats",
     "trace",
     "tree",
     "yogi",

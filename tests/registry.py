@@ -42,6 +42,13 @@ NON_TRANSFORMATIONS = frozenset(
         "hyperparams",
         "set_hyperparams",
         "reset",
+        # A reading of the state, not a transformation (tests/state/test_eval_params.py).
+        "eval_params",
+        # Readings of the state and files (tests/state/test_stats.py, test_checkpoint.py).
+        "stats",
+        "save",
+        "restore",
+        "RestoreReport",
         # A layout, not an algorithm: test_contract checks bucketed(entry) against every entry.
         "bucketed",
     }
@@ -414,6 +421,9 @@ from registry_combinators import COMBINATORS  # noqa: E402
 from registry_contrib import CONTRIB  # noqa: E402
 
 REGISTRY = REGISTRY + CONTRIB
+from registry_schedule_free import SCHEDULE_FREE  # noqa: E402
+
+REGISTRY = REGISTRY + SCHEDULE_FREE
 REGISTRY = REGISTRY + COMBINATORS
 
 BY_ID = {e.id: e for e in REGISTRY}

@@ -17,6 +17,7 @@ import gradtx
 from gradtx import schedules
 
 LR_SWEEP = (0.02, 0.05, 0.1)
+MONITORED = ("global_norm", "max_abs", "nonfinite_count", "norm", "update_ratio")
 
 
 # --- the Polyak step needs the loss: the contract's quadratic, passed as `value` ---------------
@@ -405,5 +406,19 @@ MISC: tuple[Entry, ...] = (
         sweep=LR_SWEEP,
         converges=True,
         with_state_dtype=lambda lr, dt: gradtx.nesterov(lr, accumulator_dtype=dt),
+    ),
+    # Every statistic recorded in front of a plain SGD step: the updates must pass unchanged
+    # (the reference is the SGD step alone) through jit, scan, vmap, donation and bf16.
+    Entry(
+        id="monitor-all",
+        name="monitor",
+        make=lambda lr: gradtx.chain(gradtx.monitor("grad", MONITORED), gradtx.scale(-lr)),
+        reference=lambda lr: ref.scale(-lr),
+        oracle=lambda lr: optax.scale(-_f(lr)),
+        scalar=0.1,
+        sweep=LR_SWEEP,
+        converges=True,
+        needs_params=True,
+        packed=False,
     ),
 )

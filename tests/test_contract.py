@@ -425,6 +425,27 @@ def test_vmap_over_stacked_scalar(entry):
 # --- protocol -----------------------------------------------------------------------------------
 
 
+def _copy(tree: Any) -> Any:
+    """Host copies of every leaf (a buffer changed in place would differ from its copy)."""
+    return jax.tree.map(lambda x: np.array(x, copy=True), tree)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_update_leaves_its_inputs_unchanged(entry, jit):
+    """Gradients, state and params are the same after `update`, so a norm taken afterwards is
+    the gradient's real norm (an optimizer that overwrote its gradients in place broke that)."""
+    tx = entry.make(entry.scalar)
+    grads = GRADS[0]
+    _, state = tx.update(GRADS[1], tx.init(PARAMS), PARAMS)  # a state with non-zero slots
+    before = _copy((grads, state, PARAMS))
+    norm_before = gradtx.global_norm(grads)
+    update = jax.jit(tx.update) if jit else tx.update
+    jax.block_until_ready(update(grads, state, PARAMS))
+    assert_trees_equal((grads, state, PARAMS), before)
+    np.testing.assert_array_equal(gradtx.global_norm(grads), norm_before)
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_unknown_extra_arguments_are_ignored(entry):
     tx = entry.make(entry.scalar)

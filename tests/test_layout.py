@@ -31,7 +31,8 @@ LEFTOVER_WORDS = ("misc", "more", "util", "helper", "other", "extra", "common")
 
 # Every public name, sorted: moving a module must not add, drop or rename any of them.
 PUBLIC_NAMES = """
-gradtx.LoadReport gradtx.Packed gradtx.StateMismatchError gradtx.Transformation
+gradtx.LoadReport gradtx.Packed gradtx.RestoreReport gradtx.StateMismatchError
+gradtx.Transformation
 gradtx.accumulate gradtx.adabelief gradtx.adadelta gradtx.adafactor gradtx.adagrad gradtx.adam
 gradtx.adamax gradtx.adamaxw gradtx.adamw gradtx.adan gradtx.adaptive_grad_clip
 gradtx.add_decayed_weights gradtx.add_noise gradtx.amsgrad gradtx.apply_if_finite
@@ -42,23 +43,26 @@ gradtx.contrib.cocob gradtx.contrib.dadapt_adamw gradtx.contrib.dog gradtx.contr
 gradtx.contrib.muon gradtx.contrib.orthogonalize_via_newton_schulz gradtx.contrib.prodigy
 gradtx.contrib.sam gradtx.contrib.scale_by_ademamix gradtx.contrib.scale_by_adopt
 gradtx.contrib.scale_by_cocob gradtx.contrib.scale_by_dog gradtx.contrib.scale_by_dowg
-gradtx.contrib.scale_by_muon gradtx.ema gradtx.explain gradtx.freeze gradtx.fromage
+gradtx.contrib.scale_by_muon gradtx.ema gradtx.ema_params gradtx.eval_params gradtx.explain
+gradtx.freeze gradtx.fromage
 gradtx.global_norm gradtx.hyperparams gradtx.identity gradtx.inject_hyperparams
 gradtx.keep_params_nonnegative gradtx.lamb gradtx.lars gradtx.lion gradtx.load_state_dict
-gradtx.lookahead gradtx.masked gradtx.multi_steps gradtx.multi_transform gradtx.nadam
+gradtx.lookahead gradtx.masked gradtx.monitor gradtx.multi_steps gradtx.multi_transform gradtx.nadam
 gradtx.nadamw gradtx.named_chain gradtx.nesterov gradtx.noisy_sgd
 gradtx.normalize_by_update_norm gradtx.novograd gradtx.optimistic_gradient_descent gradtx.pack
 gradtx.partition gradtx.paths gradtx.paths.DuplicatePathError gradtx.paths.LabelError
 gradtx.paths.Selector gradtx.paths.SelectorError gradtx.paths.as_selector gradtx.paths.flatten
 gradtx.paths.leaves gradtx.paths.paths gradtx.paths.resolve_labels gradtx.paths.select
 gradtx.paths.unflatten gradtx.per_example_global_norm_clip gradtx.polyak_sgd gradtx.radam
-gradtx.reconcile gradtx.reset gradtx.rmsprop gradtx.rprop gradtx.scale gradtx.scale_by_adadelta
+gradtx.reconcile gradtx.reset gradtx.restore gradtx.rmsprop gradtx.rprop gradtx.save
+gradtx.scale gradtx.scale_by_adadelta
 gradtx.scale_by_adam gradtx.scale_by_adamax gradtx.scale_by_adan gradtx.scale_by_amsgrad
 gradtx.scale_by_belief gradtx.scale_by_factored_rms gradtx.scale_by_learning_rate
 gradtx.scale_by_lion gradtx.scale_by_novograd gradtx.scale_by_optimistic_gradient
 gradtx.scale_by_param_block_rms gradtx.scale_by_polyak gradtx.scale_by_radam gradtx.scale_by_rms
 gradtx.scale_by_rprop gradtx.scale_by_rss gradtx.scale_by_schedule gradtx.scale_by_sign
 gradtx.scale_by_stddev gradtx.scale_by_trust_ratio gradtx.scale_by_yogi gradtx.scale_gradient
+gradtx.schedule_free gradtx.schedule_free_adamw gradtx.schedule_free_sgd
 gradtx.schedules gradtx.schedules.Schedule gradtx.schedules.constant
 gradtx.schedules.cosine_decay gradtx.schedules.cosine_onecycle
 gradtx.schedules.exponential_decay gradtx.schedules.join gradtx.schedules.linear
@@ -66,7 +70,8 @@ gradtx.schedules.linear_onecycle gradtx.schedules.piecewise_constant
 gradtx.schedules.piecewise_interpolate gradtx.schedules.polynomial gradtx.schedules.sgdr
 gradtx.schedules.warmup_constant gradtx.schedules.warmup_cosine_decay
 gradtx.schedules.warmup_exponential_decay gradtx.selective_transform gradtx.set_hyperparams
-gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.state_dict gradtx.trace
+gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.state_dict gradtx.stats
+gradtx.trace
 gradtx.trainable gradtx.tree gradtx.tree.add gradtx.tree.add_scale gradtx.tree.allclose
 gradtx.tree.cast gradtx.tree.cast_like gradtx.tree.clip gradtx.tree.div gradtx.tree.full_like
 gradtx.tree.get gradtx.tree.map_with_path gradtx.tree.max gradtx.tree.min gradtx.tree.mul

@@ -33,7 +33,7 @@ TRANSFORMS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "clip-then-adam": (
         lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1)),
         {"adam/mu/": None, "adam/nu/": None, "adam/count/": jnp.int32},
-        {"clip_by_global_norm/global_norm"},
+        {"clip_by_global_norm/global_norm", "clip_by_global_norm/clipped"},
     ),
 }
 

@@ -74,6 +74,11 @@ class Accumulate(Transformation):
         """The inner transformation's frozen paths."""
         return self.inner.frozen_paths(params)
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The inner transformation's eval weights, from its state."""
+        check_state_keys(self.name, state, self.state_keys())
+        return self.inner.eval_params(state["inner"], params)
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`accumulate` on every trainable path, then the inner steps at step `step // every`."""
         frozen = self.inner.frozen_paths(params)

@@ -93,6 +93,17 @@ class Bucketed(Transformation):
         """The inner transformation's description (bucketing changes no hyperparameter)."""
         return self.inner.describe(params, step)
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The inner's eval weights, computed on the packed params and handed back as a tree."""
+        check_state_keys(self.name, state, self.state_keys())
+        merged = set(state) != {"inner", OFFSETS}
+        inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
+        packed = _pack(params, self.name, "params", self.own_buffer_from)
+        result = self.inner.eval_params(inner, packed)
+        if result is packed:  # the params themselves: no copy through the buffers
+            return params
+        return result.unpack(state[OFFSETS].values)
+
     def init(self, params: Any) -> dict:
         """The inner state for the packed params, and each leaf's offset."""
         packed = _pack(params, self.name, "params", self.own_buffer_from)

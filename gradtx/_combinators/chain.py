@@ -96,6 +96,12 @@ class Chain(Transformation):
         """The last child's frozen paths (a later child could add to a frozen update)."""
         return self.transforms[-1].frozen_paths(params) if self.transforms else frozenset()
 
+    def eval_params(self, state: Any, params: Any) -> Any:
+        """Each child's eval weights, in order, each child given the previous one's."""
+        for name, tx in zip(self.names, self.transforms):
+            params = tx.eval_params(self._child_state(state, name, tx), params)
+        return params
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The children's steps, in order, for each path."""
         return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))

@@ -56,6 +56,11 @@ class ConditionallyTransform(Transformation):
         """The inner transformation's frozen paths."""
         return self.inner.frozen_paths(params)
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The inner transformation's eval weights, from its state."""
+        check_state_keys(self.name, state, self.state_keys())
+        return self.inner.eval_params(state["inner"], params)
+
     def _active(self, step: Any) -> bool | None:
         try:
             value = self.should_transform_fn(jnp.int32(step))

@@ -11,6 +11,7 @@ from gradtx._combinators.accumulate import check_count
 from gradtx._combinators.conditional import safe_increment
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.statistics import Statistics
 from gradtx._layouts.step_counts import split_where_absent
 from gradtx._paths.subset import present_paths
 
@@ -44,20 +45,25 @@ class ApplyIfFinite(Transformation):
         """The inner transformation's frozen paths."""
         return self.inner.frozen_paths(params)
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The inner transformation's eval weights, from its state."""
+        check_state_keys(self.name, state, self.state_keys())
+        return self.inner.eval_params(state["inner"], params)
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """This wrapper's entry, then the inner steps, for every present path."""
         entry = (self.name, {"max_consecutive_errors": self.max_consecutive_errors})
         inner = self.inner.describe(params, step)
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init(self, params: Any) -> Statistics:
         """The inner state, zero counts and `last_finite = True`."""
-        return {
-            "inner": self.inner.init(params),
-            "notfinite_count": jnp.zeros((), jnp.int32),
-            "total_notfinite": jnp.zeros((), jnp.int32),
-            "last_finite": jnp.ones((), jnp.bool_),
-        }
+        return Statistics(
+            inner=self.inner.init(params),
+            notfinite_count=jnp.zeros((), jnp.int32),
+            total_notfinite=jnp.zeros((), jnp.int32),
+            last_finite=jnp.ones((), jnp.bool_),
+        )
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
@@ -72,12 +78,9 @@ class ApplyIfFinite(Transformation):
         total = jnp.where(
             finite, state["total_notfinite"], safe_increment(state["total_notfinite"])
         )
-        return new_updates, {
-            "inner": inner,
-            "notfinite_count": count,
-            "total_notfinite": total,
-            "last_finite": finite,
-        }
+        return new_updates, Statistics(
+            inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
+        )
 
 
 def apply_if_finite(tx: Any, max_consecutive_errors: int) -> ApplyIfFinite:

@@ -81,6 +81,14 @@ class Freeze(Transformation):
             parts.append((group, result))
         return merge_by_path(updates, parts), state
 
+    def eval_params(self, state: Any, params: Any) -> Any:
+        """The inner's eval weights on the trainable paths; the frozen ones as they are."""
+        frozen = self._frozen(params, None, strict=False)
+        group = restrict(params, self._trainable(params, frozen), self.label)
+        if not any_present(group):
+            return params
+        return merge_by_path(params, [(group, self.inner.eval_params(state, group))])
+
     def frozen_paths(self, params: Any) -> frozenset[str]:
         """The frozen paths, and those the inner transformation freezes."""
         frozen = self._frozen(params, None, strict=False)

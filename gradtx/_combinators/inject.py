@@ -135,6 +135,12 @@ class InjectHyperparams(Transformation):
         count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
         return updates, InjectState(count, values, inner, state.scheduled)
 
+    def eval_params(self, state: InjectState, params: Any) -> Any:
+        """The eval weights of the inner transformation built as at the last step."""
+        # The stored values are those the last step used (schedules included), and those
+        # define the weights it left behind (a schedule-free `b1`, say).
+        return self.build(dict(state.hyperparams)).eval_params(state.inner, params)
+
     def frozen_paths(self, params: Any) -> frozenset[str]:
         """The inner transformation's frozen paths."""
         return self.build(self._values(jnp.zeros((), jnp.int32), None)).frozen_paths(params)

@@ -77,6 +77,14 @@ class Lookahead(Transformation):
         new_updates, slots = update_slots(sync, fast_updates, slots, owner=self.name)
         return new_updates, {"fast": fast_state, **slots}
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The slow weights (see `slow_params`), which lookahead evaluates.
+
+        The fast transformation's own eval weights are a view of the fast weights, which
+        the slow weights replace, so they are not used.
+        """
+        return self.slow_params(params, state)
+
     def slow_params(self, params: Any, state: dict) -> Any:
         """The slow weights, `params - fast_minus_slow`, shaped like `params`.
 

@@ -98,6 +98,14 @@ class Masked(Transformation):
         chosen = selection(params, None, self.mask, self._argument())
         return self.inner.frozen_paths(restrict(params, chosen, self.label))
 
+    def eval_params(self, state: Any, params: Any) -> Any:
+        """The inner's eval weights on the selected paths; the other paths' params."""
+        chosen = selection(params, None, self.mask, self._argument())
+        group = restrict(params, chosen, self.label)
+        if not any_present(group):
+            return params
+        return merge_by_path(params, [(group, self.inner.eval_params(state, group))])
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner's description of the selected paths (after `[name]` if one was given)."""
         chosen = selection(params, None, self.mask, self._argument())

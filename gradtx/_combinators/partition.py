@@ -77,6 +77,16 @@ class Partition(Transformation):
             parts.append((group, result))
         return merge_by_path(updates, parts), new_state
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """Each label's eval weights on its paths, from that label's state."""
+        groups = self._groups(params, None, strict=False)
+        parts = []
+        for label, tx in self.transforms.items():
+            group = restrict(params, groups[label], f"{self.label}[{label!r}]")
+            if any_present(group):
+                parts.append((group, tx.eval_params(state[label], group)))
+        return merge_by_path(params, parts)
+
     def frozen_paths(self, params: Any) -> frozenset[str]:
         """The union of each label's frozen paths."""
         groups = self._groups(params, None, strict=False)

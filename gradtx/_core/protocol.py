@@ -71,6 +71,16 @@ class Transformation(Module):
         """
         return frozenset()
 
+    def eval_params(self, state: State, params: Params) -> Params:
+        """The weights to evaluate and save, given this step's `state` and the `params`.
+
+        Most transformations train the weights they evaluate, so this returns `params`.
+        Averaging methods override it (`schedule_free`'s average $x$, `lookahead`'s slow
+        weights, `ema_params`' moving average) and combinators answer for their children;
+        `gradtx.eval_params(tx, state, params)` calls it.
+        """
+        return params
+
     def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """What this transformation does to each path at `step`, for `gradtx.explain`.
 

@@ -48,15 +48,27 @@ class LoadReport:
         return "\n".join(lines) or "all keys matched"
 
 
-class StateMismatchError(KeyError):
-    """A loaded state does not fit the transformation; `.report` says how."""
+_LOAD_HINT = (
+    "Use strict=False to initialise missing/changed keys and drop unexpected ones (the report "
+    "is returned), or gradtx.reconcile after editing the model."
+)
 
-    def __init__(self, report: LoadReport) -> None:
-        super().__init__(
-            "the state does not match the transformation and params:\n"
-            f"{report}\nUse strict=False to initialise missing/changed keys and drop unexpected "
-            "ones (the report is returned), or gradtx.reconcile after editing the model."
-        )
+
+class StateMismatchError(KeyError):
+    """A loaded state does not fit the transformation; `.report` says how.
+
+    `.report` is a `LoadReport` (from `load_state_dict`) or a `RestoreReport` (from
+    `gradtx.restore`, which also covers the params and the transformation's fingerprint).
+    """
+
+    def __init__(
+        self,
+        report: Any,
+        *,
+        intro: str = "the state does not match the transformation and params",
+        hint: str = _LOAD_HINT,
+    ) -> None:
+        super().__init__(f"{intro}:\n{report}\n{hint}")
         self.report = report
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype, map_updates, split_explicitly
 from gradtx._core.module import hyperparam
+from gradtx._core.statistics import Statistics
 from gradtx._core.widening import narrow_source
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import LARGE_LEAF, concatenate
@@ -100,12 +101,12 @@ class ClipByGlobalNorm(ElementwiseTransform):
     max_norm: Any = hyperparam()
 
     def state_keys(self) -> tuple[str, ...]:
-        """The statistic `global_norm`."""
-        return ("global_norm",)
+        """The statistics `global_norm` and `clipped`."""
+        return ("global_norm", "clipped")
 
-    def init(self, params: Any) -> dict:
-        """The statistic `global_norm` (the norm of the last updates, before clipping)."""
-        return {"global_norm": jnp.zeros((), jnp.float32)}
+    def init(self, params: Any) -> Statistics:
+        """The last updates' norm before clipping, and whether that step clipped them."""
+        return Statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Scale every present update by `min(1, max_norm / global_norm)`."""
@@ -118,7 +119,7 @@ class ClipByGlobalNorm(ElementwiseTransform):
             return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
 
         new_updates = map_updates(clipped, updates, owner=self.name)
-        return new_updates, {**state, "global_norm": norm}
+        return new_updates, Statistics(global_norm=norm, clipped=norm > self.max_norm)
 
 
 def clip(max_delta: float) -> Clip:
@@ -139,7 +140,8 @@ def clip_by_global_norm(max_norm: float) -> ClipByGlobalNorm:
 
     $u = g \cdot \min(1, \mathrm{max\_norm} / \lVert g \rVert_2)$, the norm taken over every
     present leaf together. The pre-clip norm is kept in the state as the statistic
-    `global_norm`, so it can be logged after the step.
+    `global_norm`, and whether the step clipped as `clipped`, so both can be logged after the
+    step (`gradtx.stats`).
 
     Args:
         max_norm: the largest global norm the updates may have.

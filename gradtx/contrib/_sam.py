@@ -79,6 +79,22 @@ class Sam(Transformation):
         """Paths that neither the outer nor the adversarial optimizer moves."""
         return self.optimizer.frozen_paths(params) & self.adv_optimizer.frozen_paths(params)
 
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The outer optimizer's eval weights of the outer params.
+
+        Inside a cycle (transparent mode) the params are an adversarial point and the outer
+        params are those cached at the cycle's start; between cycles they are the params.
+        """
+        self._check(state)
+        outer = params
+        if not self.opaque_mode:
+            between = state["steps_since_sync"] == 0
+            paths, leaves, treedef = flatten(params)
+            cache = state["cache"]
+            cached = [None if x is None else _outer(cache[p], x) for p, x in zip(paths, leaves)]
+            outer = _select(between, params, treedef.unflatten(cached))
+        return self.optimizer.eval_params(state["optimizer"], outer)
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The outer optimizer's steps, after a `sam` entry with the cycle length."""
         entry = {

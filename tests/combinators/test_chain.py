@@ -82,6 +82,7 @@ def test_named_chain_uses_the_given_names():
     assert list(state) == ["clip", "opt", "opt2"]
     assert set(gradtx.state_dict(state)) == {
         "clip/global_norm",
+        "clip/clipped",
         *(f"opt/{s}/enc/{n}" for s in ("mu", "nu", "count") for n in ("w", "b")),
         *(f"opt2/trace/enc/{n}" for n in ("w", "b")),
     }

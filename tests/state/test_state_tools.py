@@ -57,7 +57,7 @@ def _assert_bitwise_equal(a, b):
 def test_state_dict_keys_of_chain_with_adamw():
     tx, params = _tx(), _params()
     flat = gradtx.state_dict(tx.init(params))
-    expected = {"clip_by_global_norm/global_norm"}
+    expected = {"clip_by_global_norm/global_norm", "clip_by_global_norm/clipped"}
     expected |= {f"adamw/{slot}/{path}" for slot in SLOTS for path in _paths()}
     assert set(flat) == expected
     assert "adamw/mu/enc/layers/0/w" in flat
@@ -83,7 +83,7 @@ def test_state_dict_keys_of_named_chain():
         ("momentum", gradtx.trace(0.9)),
     )
     flat = gradtx.state_dict(tx.init(_params()))
-    expected = {"clip/global_norm"}
+    expected = {"clip/global_norm", "clip/clipped"}
     expected |= {f"opt/{slot}/{p}" for slot in ("mu", "nu", "count") for p in _paths()}
     expected |= {f"momentum/trace/{p}" for p in _paths()}
     assert set(flat) == expected

@@ -1,0 +1,306 @@
+"""Checkpoint files: params and optimizer state saved by path, restored bit for bit.
+
+One safetensors file holds both. Params are saved by path and the state by `state_dict` key,
+so a checkpoint restores into a model whose containers were rebuilt or reordered, packed or
+not, and `restore` says what did not match instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradtx._layouts.packed import Packed
+from gradtx._paths.paths import flatten, is_unit
+from gradtx._state import safetensors_format
+from gradtx._state.fingerprint import fingerprint
+from gradtx._state.renaming import apply_rename, check_rename
+from gradtx._state.restore_report import RestoreReport
+from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict
+
+__all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
+
+# The version of the file's layout (names and metadata keys); `restore` refuses others.
+SCHEMA = "1"
+_SCHEMA_KEY = "gradtx.schema"
+_FINGERPRINT_KEY = "gradtx.fingerprint"
+_METADATA_KEY = "gradtx.metadata"
+_PARAMS, _STATE = "params/", "state/"
+
+
+def save(
+    path: str | os.PathLike,
+    params: Any,
+    state: Any,
+    *,
+    tx: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Write params and optimizer state to one checkpoint file, atomically.
+
+    The file is in the safetensors format (readable by the `safetensors` package; nothing in
+    it is pickled). Its tensors are `params/<path>` for each parameter (`params/enc/w`) and
+    `state/<key>` for each key of `gradtx.state_dict(state)` (`state/adam/mu/enc/w`), each
+    with its exact dtype and shape (bfloat16 included). Packed params (`gradtx.pack`) are
+    saved per path, so packed and unpacked models share files. `None` leaves are not saved.
+    The header's `__metadata__` holds `gradtx.schema` (the layout's version),
+    `gradtx.metadata` (`metadata` as JSON) and, given `tx`, `gradtx.fingerprint`: a hash of
+    the transformation's structure and static settings (not of its numeric hyperparameters).
+    The file is written beside `path` under a temporary name and then renamed, so `path`
+    always holds a whole checkpoint.
+
+    Args:
+        path: the file to write (its directory must exist); an existing file is replaced.
+        params: the params (any pytree of arrays; `gradtx.pack`ed ones too).
+        state: the optimizer state, `tx.init(params)` or as updated since.
+        tx: the transformation, to store its fingerprint; `restore` then reports a change.
+        metadata: a dict of `str` keys and JSON-serialisable values (a step, a config),
+            returned by `restore` in `report.metadata`.
+
+    Returns:
+        None.
+
+    Examples:
+        >>> import os, tempfile
+        >>> tx, params = gradtx.adam(1e-3), {"w": jnp.ones(2, jnp.bfloat16)}
+        >>> state = tx.init(params)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     file = os.path.join(folder, "step_10.safetensors")
+        ...     gradtx.save(file, params, state, tx=tx, metadata={"step": 10})
+        ...     params, state, report = gradtx.restore(file, tx, params)
+        >>> params["w"].dtype, report.metadata
+        (dtype(bfloat16), {'step': 10})
+    """
+    header = {_SCHEMA_KEY: SCHEMA, _METADATA_KEY: _encode_metadata(metadata)}
+    if tx is not None:
+        header[_FINGERPRINT_KEY] = fingerprint(tx)
+    flat = {_PARAMS + p: x for p, x in state_dict(params).items()}
+    flat.update({_STATE + k: x for k, x in state_dict(state).items()})
+    safetensors_format.write(path, _to_host(flat), header)
+
+
+def _encode_metadata(metadata: Mapping[str, Any] | None) -> str:
+    if metadata is None:
+        return "{}"
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise TypeError(f"save: `metadata` must be a dict with str keys, got {metadata!r}.")
+    for key, value in metadata.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"save: `metadata[{key!r}]` is not JSON-serialisable ({e}); store plain "
+                "numbers, strings, lists and dicts."
+            ) from None
+    return json.dumps(dict(metadata))
+
+
+def _to_host(flat: dict[str, Any]) -> dict[str, np.ndarray]:
+    for name, x in flat.items():
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            raise TypeError(
+                f"save: {name!r} is a typed PRNG key ({x.dtype}), which has no file dtype; "
+                "keep raw keys (jax.random.key_data) in the state."
+            )
+    fetched = jax.device_get(list(flat.values()))  # one transfer for all arrays
+    # Python numbers get JAX's dtypes (float32, int32), as they would inside a step.
+    return {
+        name: np.asarray(x if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x))
+        for name, x in zip(flat, fetched)
+    }
+
+
+def restore(
+    path: str | os.PathLike,
+    tx: Any,
+    params_like: Any,
+    *,
+    strict: bool = True,
+    rename: Mapping[str, str] | None = None,
+) -> tuple[Any, Any, RestoreReport]:
+    """Read a checkpoint written by `save` into params shaped like `params_like` and tx's state.
+
+    Params are matched by path and rebuilt in `params_like`'s structure (dict order, dataclass
+    field order and packing may differ from the saved model's). The state is
+    `tx.init(params)` filled from the file by `gradtx.load_state_dict`, key by key. Values
+    come back bit for bit, in their saved dtype.
+
+    Args:
+        path: a file written by `gradtx.save` (see there for its layout).
+        tx: the transformation the state is for.
+        params_like: the params' structure: arrays (a freshly initialised model, whose values
+            fill paths the file lacks) or `jax.ShapeDtypeStruct` leaves; packed or not.
+            Arrays come back with the sharding of `params_like`'s leaves, where they have one.
+        strict: raise `StateMismatchError` unless every params path and state key matches
+            and the transformation's fingerprint is unchanged. With `strict=False`, new and
+            changed params keep `params_like`'s values, new and changed state keys are
+            initialised, dropped ones are left out, and the report says which.
+        rename: `{"old/prefix": "new/prefix"}` for subtrees that moved since the save: a
+            saved params path equal to or under `old/prefix` (and the same path inside
+            state keys, `adam/mu/old/prefix/w`) is read as if saved under `new/prefix`.
+
+    Returns:
+        `(params, state, report)`: the params, the state and a `RestoreReport`.
+
+    Examples:
+        >>> import os, tempfile
+        >>> tx = gradtx.adam(1e-3)
+        >>> params = {"enc": {"w": jnp.ones(2)}}
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     file = os.path.join(folder, "ckpt.safetensors")
+        ...     gradtx.save(file, params, tx.init(params), tx=tx)
+        ...     moved = {"encoder": {"w": jnp.zeros(2)}, "head": jnp.zeros(3)}
+        ...     params, state, report = gradtx.restore(
+        ...         file, tx, moved, strict=False, rename={"enc": "encoder"}
+        ...     )
+        >>> params["encoder"]["w"], report.params_new
+        (Array([1., 1.], dtype=float32), ('head',))
+    """
+    shown = os.fspath(path)
+    moves = check_rename(rename)
+    try:
+        tensors, header = safetensors_format.read(path)
+    except ValueError as e:
+        raise ValueError(f"restore: {e} gradtx.save writes the checkpoints restore reads.") from e
+    saved_fingerprint, metadata = _check_header(shown, header)
+    saved_params, saved_state = _split(shown, tensors)
+    saved_params, saved_state = apply_rename(shown, moves, saved_params, saved_state)
+
+    params, found = _rebuild(params_like, saved_params)
+    state, loaded = load_state_dict(tx, params, saved_state, strict=False)
+    skipped = set(loaded.unexpected) | set(loaded.mismatched)
+    report = RestoreReport(
+        params_matched=tuple(found.matched),
+        params_new=tuple(found.new),
+        params_dropped=tuple(p for p in saved_params if p not in found.expected),
+        params_changed=found.changed,
+        state_matched=tuple(k for k in saved_state if k not in skipped),
+        state_new=loaded.missing,
+        state_dropped=loaded.unexpected,
+        state_changed=loaded.mismatched,
+        fingerprint_changed=saved_fingerprint not in (None, fingerprint(tx)),
+        metadata=metadata,
+    )
+    if strict and not report.clean:
+        raise StateMismatchError(
+            report,
+            intro=f"restore: the checkpoint {shown!r} does not match the transformation and "
+            "params_like",
+            hint="Use strict=False to keep params_like's values for new or changed params, "
+            "initialise new or changed state and drop the rest (the report says which), or "
+            "rename={'old/path': 'new/path'} for subtrees that moved.",
+        )
+    if found.valueless:
+        raise ValueError(
+            f"restore: {shown!r} holds no usable value for the params {found.valueless[:10]}, "
+            "and params_like has only their shapes (jax.ShapeDtypeStruct) there; pass arrays "
+            "(a freshly initialised model) for params_like."
+        )
+    return params, state, report
+
+
+def _check_header(shown: str, header: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """The saved fingerprint (or None) and user metadata, after checking the schema."""
+    version = header.get(_SCHEMA_KEY)
+    if version is None:
+        raise ValueError(
+            f"restore: {shown!r} is a safetensors file but not a gradtx checkpoint (its "
+            f"metadata has no {_SCHEMA_KEY!r}); gradtx.save writes the checkpoints restore reads."
+        )
+    if version != SCHEMA:
+        raise ValueError(
+            f"restore: {shown!r} is a gradtx checkpoint of schema version {version!r}, but this "
+            f"gradtx reads version {SCHEMA!r}; restore it with the gradtx that wrote it."
+        )
+    try:
+        metadata = json.loads(header.get(_METADATA_KEY, "{}"))
+    except ValueError:
+        raise ValueError(f"restore: {shown!r}: its {_METADATA_KEY!r} is not JSON.") from None
+    return header.get(_FINGERPRINT_KEY), metadata
+
+
+def _split(shown: str, tensors: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    params = {n[len(_PARAMS) :]: x for n, x in tensors.items() if n.startswith(_PARAMS)}
+    state = {n[len(_STATE) :]: x for n, x in tensors.items() if n.startswith(_STATE)}
+    others = [n for n in tensors if not n.startswith((_PARAMS, _STATE))]
+    if others:
+        raise ValueError(
+            f"restore: {shown!r} holds tensors that gradtx.save never writes (neither "
+            f"{_PARAMS}... nor {_STATE}...): {others[:5]}."
+        )
+    return params, state
+
+
+def _signature(x: Any) -> tuple[tuple[int, ...], str]:
+    dtype = x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
+    return tuple(np.shape(x)), np.dtype(dtype).name
+
+
+@dataclasses.dataclass
+class _Found:
+    """How the saved params matched `params_like`, path by path."""
+
+    expected: set[str]
+    matched: list[str] = dataclasses.field(default_factory=list)
+    new: list[str] = dataclasses.field(default_factory=list)
+    changed: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    valueless: list[str] = dataclasses.field(default_factory=list)  # new, and only a shape
+
+
+def _rebuild(like: Any, saved: dict[str, np.ndarray]) -> tuple[Any, _Found]:
+    """Params shaped like `like`, from `saved` where a path's shape and dtype agree."""
+    found = _Found(expected=set(state_dict(like)))
+    paths, leaves, treedef = flatten(like)
+    out = []
+    for path, leaf in zip(paths, leaves):
+        if isinstance(leaf, Packed):
+            # Named as state_dict names a unit's paths, which is how `save` named them.
+            prefix = path[:-1] if path.endswith("/") else path
+            out.append(_rebuild_packed(prefix, leaf, saved, found))
+        elif leaf is None or is_unit(leaf):
+            out.append(leaf)
+        else:
+            value = _take(path, leaf, saved, found)
+            out.append(leaf if value is leaf else _place(value, leaf))
+    return treedef.unflatten(out), found
+
+
+def _take(name: str, like: Any, saved: dict[str, np.ndarray], found: _Found) -> Any:
+    """The saved array at `name`, or `like` when there is none of its shape and dtype."""
+    if name not in saved:
+        found.new.append(name)
+    elif _signature(saved[name]) != _signature(like):
+        found.changed[name] = (_signature(saved[name]), _signature(like))
+    else:
+        found.matched.append(name)
+        return saved[name]
+    if isinstance(like, jax.ShapeDtypeStruct):
+        found.valueless.append(name)
+    return like
+
+
+def _rebuild_packed(prefix: str, like: Packed, saved: dict, found: _Found) -> Packed:
+    groups: list[list] = [[] for _ in like.buffers]
+    for spec, (name, part) in zip(like.layout.specs, like.items(prefix)):
+        groups[spec.group].append(_take(name, part, saved, found))
+    buffers = []
+    for parts, old in zip(groups, like.buffers):
+        if not parts or any(isinstance(p, jax.ShapeDtypeStruct) for p in parts):
+            buffers.append(old)  # nothing to fill, or no value for some path (raised later)
+        else:
+            # Joined on the host: one transfer per buffer, the bytes exactly as saved.
+            joined = np.concatenate([np.ravel(np.asarray(p)) for p in parts])
+            buffers.append(_place(joined.reshape(np.shape(old)), old))
+    return like.replace(tuple(buffers))
+
+
+def _place(value: np.ndarray, like: Any) -> jax.Array:
+    sharding = getattr(like, "sharding", None)
+    return jnp.asarray(value) if sharding is None else jax.device_put(value, sharding)

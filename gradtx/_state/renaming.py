@@ -1,0 +1,87 @@
+"""Reading a checkpoint's entries under new names: `restore(..., rename=...)` for moved subtrees."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["apply_rename", "check_rename"]
+
+
+def check_rename(rename: Mapping[str, str] | None) -> dict[str, str]:
+    """`rename` checked, as `{old prefix: new prefix}` without leading or trailing `/`."""
+    if rename is None:
+        return {}
+    if not isinstance(rename, Mapping):
+        raise TypeError(f"restore: `rename` must be a dict {{old: new}}, got {rename!r}.")
+    moves = {}
+    for old, new in rename.items():
+        if not (
+            isinstance(old, str) and isinstance(new, str) and old.strip("/") and new.strip("/")
+        ):
+            raise ValueError(
+                f"restore: `rename` maps path prefixes to path prefixes (non-empty strings "
+                f"such as 'enc/layers'), got {old!r}: {new!r}."
+            )
+        moves[old.strip("/")] = new.strip("/")
+    return moves
+
+
+def apply_rename(shown: str, moves: dict, params: dict, state: dict) -> tuple[dict, dict]:
+    """The saved entries under their new names: params paths, and the path in state keys.
+
+    Args:
+        shown: the checkpoint's file name, for errors.
+        moves: `check_rename`'s result.
+        params: the saved `{params path: array}`.
+        state: the saved `{state key: array}`.
+
+    Returns:
+        `(params, state)` with the moved names.
+    """
+    if not moves:
+        return params, state
+    used: set[str] = set()
+
+    def move(path: str) -> str:
+        # The longest prefix wins, so {"enc": ..., "enc/head": ...} moves enc/head on its own.
+        hits = [old for old in moves if path == old or path.startswith(old + "/")]
+        if not hits:
+            return path
+        old = max(hits, key=len)
+        used.add(old)
+        return moves[old] + path[len(old) :]
+
+    def move_key(key: str) -> str:
+        # A state key ends with the params path it belongs to (`adam/mu/enc/w`); the longest
+        # saved path that ends the key is that path. Keys of no path (`clip/global_norm`) stay.
+        parts = key.split("/")
+        for i in range(len(parts)):
+            tail = "/".join(parts[i:])
+            if tail in params:
+                return key[: len(key) - len(tail)] + move(tail)
+        return key
+
+    new_params = _renamed(shown, params, move)
+    new_state = _renamed(shown, state, move_key)
+    unused = [old for old in moves if old not in used]
+    if unused:
+        raise ValueError(
+            f"restore: `rename` prefixes {unused} match no params path of {shown!r} (its paths "
+            f"include {list(params)[:5]}); check them for typos."
+        )
+    return new_params, new_state
+
+
+def _renamed(shown: str, flat: dict, move: Callable[[str], str]) -> dict:
+    out: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for name, value in flat.items():
+        target = move(name)
+        if target in out:
+            raise ValueError(
+                f"restore: with `rename`, {names[target]!r} and {name!r} of {shown!r} both "
+                f"become {target!r}."
+            )
+        out[target], names[target] = value, name
+    return out

@@ -1,0 +1,74 @@
+"""What `gradtx.restore` took over from a checkpoint file, and what it did not."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["RestoreReport"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreReport:
+    """How a checkpoint file matched the params and the transformation it was restored into.
+
+    Names are params paths (`enc/layers/0/w`) and `state_dict` keys (`adam/mu/enc/layers/0/w`),
+    after `rename`.
+
+    Attributes:
+        params_matched: params paths taken from the file.
+        params_new: params paths the file lacks; they keep `params_like`'s value.
+        params_dropped: params paths of the file that `params_like` lacks.
+        params_changed: params paths whose shape or dtype changed; they keep `params_like`'s
+            value. `{path: (saved (shape, dtype), expected (shape, dtype))}`.
+        state_matched: state keys taken from the file.
+        state_new: state keys the file lacks; initialised by `tx.init`.
+        state_dropped: state keys of the file that the transformation does not use.
+        state_changed: state keys whose shape or dtype changed; initialised by `tx.init`.
+            `{key: (saved (shape, dtype), expected (shape, dtype))}`.
+        fingerprint_changed: the file was saved with a transformation (`save(..., tx=tx)`)
+            whose structure or static settings differ from this one's (another chain,
+            mask, flag or state dtype; not another learning rate).
+        metadata: the `metadata` passed to `save` (`{}` if none).
+    """
+
+    params_matched: tuple[str, ...] = ()
+    params_new: tuple[str, ...] = ()
+    params_dropped: tuple[str, ...] = ()
+    params_changed: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    state_matched: tuple[str, ...] = ()
+    state_new: tuple[str, ...] = ()
+    state_dropped: tuple[str, ...] = ()
+    state_changed: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    fingerprint_changed: bool = False
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        """True if every params path and state key matched and the fingerprint is the same."""
+        return not (
+            self.params_new
+            or self.params_dropped
+            or self.params_changed
+            or self.state_new
+            or self.state_dropped
+            or self.state_changed
+            or self.fingerprint_changed
+        )
+
+    def __str__(self) -> str:
+        lines = []
+        for part in ("params", "state"):
+            new, dropped = getattr(self, f"{part}_new"), getattr(self, f"{part}_dropped")
+            for title, names in (("new", new), ("dropped", dropped)):
+                if names:
+                    more = ", ..." if len(names) > 10 else ""
+                    lines.append(f"{part} {title} ({len(names)}): {', '.join(names[:10])}{more}")
+            for name, (got, want) in list(getattr(self, f"{part}_changed").items())[:10]:
+                lines.append(f"{part} changed: {name}: saved {got}, expected {want}")
+        if self.fingerprint_changed:
+            lines.append(
+                "fingerprint changed: the file was saved with a transformation of another "
+                "structure or static settings (another chain, mask, flag or state dtype)"
+            )
+        return "\n".join(lines) or "everything matched"

@@ -1,0 +1,112 @@
+"""`gradtx.stats`: every statistic of a state, flat, with the state's own keys."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradtx
+
+PARAMS = {"enc": {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}, "head": {"w": jnp.ones(2)}}
+
+
+def _tx():
+    schedule = gradtx.schedules.linear(0.1, 0.0, 10)
+    encoder = gradtx.chain(
+        gradtx.monitor("grad", ("global_norm", "norm")),
+        gradtx.inject_hyperparams(gradtx.adamw)(learning_rate=schedule, weight_decay=0.01),
+    )
+    groups = gradtx.partition(
+        {"encoder": encoder, "head": gradtx.sgd(0.1)}, {"encoder": "enc/**", "head": "head/**"}
+    )
+    return gradtx.chain(
+        gradtx.clip_by_global_norm(1.0), gradtx.apply_if_finite(groups, max_consecutive_errors=2)
+    )
+
+
+def _grads(scale: float = 1.0):
+    return jax.tree.map(lambda p: jnp.full_like(p, scale), PARAMS)
+
+
+def test_the_statistics_of_a_whole_training_setup():
+    tx = _tx()
+    state = tx.init(PARAMS)
+    for _ in range(3):
+        _, state = tx.update(_grads(), state, PARAMS)
+    got = gradtx.stats(state)
+    inner = "apply_if_finite/inner/encoder"
+    assert sorted(got) == sorted(
+        [
+            "clip_by_global_norm/clipped",
+            "clip_by_global_norm/global_norm",
+            "apply_if_finite/last_finite",
+            "apply_if_finite/notfinite_count",
+            "apply_if_finite/total_notfinite",
+            f"{inner}/grad/global_norm",
+            f"{inner}/grad/norm/enc/b",
+            f"{inner}/grad/norm/enc/w",
+            *(f"{inner}/adamw/hyperparams/{h}" for h in ("b1", "b2", "eps", "eps_root")),
+            f"{inner}/adamw/hyperparams/learning_rate",
+            f"{inner}/adamw/hyperparams/weight_decay",
+        ]
+    )
+    assert float(got["clip_by_global_norm/global_norm"]) == pytest.approx(np.sqrt(8.0))
+    assert bool(got["clip_by_global_norm/clipped"])
+    # the learning rate the third step used: linear(0.1 -> 0, 10 steps) at step 2
+    assert float(got[f"{inner}/adamw/hyperparams/learning_rate"]) == pytest.approx(0.08)
+    assert int(got["apply_if_finite/total_notfinite"]) == 0
+
+
+def test_keys_are_state_dict_keys_and_values_are_the_same_arrays():
+    tx = _tx()
+    _, state = tx.update(_grads(), tx.init(PARAMS), PARAMS)
+    flat = gradtx.state_dict(state)
+    for key, value in gradtx.stats(state).items():
+        assert flat[key] is value, key
+
+
+def test_skipped_steps_are_reported():
+    tx = _tx()
+    state = tx.init(PARAMS)
+    _, state = tx.update(_grads(jnp.nan), state, PARAMS)
+    _, state = tx.update(_grads(jnp.nan), state, PARAMS)
+    got = gradtx.stats(state)
+    assert int(got["apply_if_finite/notfinite_count"]) == 2
+    assert int(got["apply_if_finite/total_notfinite"]) == 2
+    assert not bool(got["apply_if_finite/last_finite"])
+
+
+def test_stats_runs_inside_jit_and_gives_the_same_values():
+    tx = _tx()
+    _, state = tx.update(_grads(), tx.init(PARAMS), PARAMS)
+    eager = gradtx.stats(state)
+    jitted = jax.jit(gradtx.stats)(state)
+    assert eager.keys() == jitted.keys()
+    for key in eager:
+        np.testing.assert_array_equal(eager[key], jitted[key], err_msg=key)
+
+
+def test_a_state_without_statistics_gives_an_empty_dict():
+    tx = gradtx.adam(1e-3)
+    assert gradtx.stats(tx.init(PARAMS)) == {}
+
+
+# More buffers are donated than the step returns, so XLA says some were not usable.
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_the_pre_step_norm_survives_donating_the_gradients():
+    # Gradients, params and state are all donated: XLA may write the new params and state
+    # into any of their buffers, and the monitor still reports the norm the gradients had.
+    tx = gradtx.chain(gradtx.monitor("grad"), gradtx.adamw(1e-2))
+    params = {"w": jnp.arange(4.0), "b": jnp.ones(3)}
+    grads = {"w": jnp.array([3.0, 0.0, 4.0, 0.0]), "b": jnp.array([0.0, 12.0, 0.0])}
+    expected = float(gradtx.tree.norm(grads))
+
+    def step(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return gradtx.apply_updates(params, updates), state
+
+    donated = jax.jit(step, donate_argnums=(0, 1, 2))
+    _, state = donated(params, tx.init(params), grads)
+    assert float(gradtx.stats(state)["grad/global_norm"]) == expected == 13.0
