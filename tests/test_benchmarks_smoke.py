@@ -137,3 +137,16 @@ def test_moments_experiment_runs_and_layouts_agree(tmp_path):
     for row in rows:
         assert row["max_abs_diff"] <= 1e-6, row["case"]
         assert row["two arrays ms"] > 0 and row["one (..., 2) array ms"] > 0
+
+
+def test_memory_benchmark_smoke_run(tmp_path):
+    report = _run_json("benchmarks.memory", ["--smoke"], tmp_path / "memory.json")
+    peaks = {(r["optimizer"], tuple(r["donate"])): r for r in report["peaks"]}
+    for row in peaks.values():  # a step holds at least its arguments
+        assert row["peak_mb"] >= row["held_mb"] > 0
+    monitored = "monitor(global_norm) + adam"
+    assert peaks[monitored, (0, 1, 2)]["peak_mb"] < peaks[monitored, ()]["peak_mb"]
+    assert {r["mode"] for r in report["runs"]} == {"eager", "jit"}
+    for run in report["runs"]:
+        assert run["live_growth"] == 0.0, run["live_arrays"]  # no array outlives its step
+        assert len(run["rss_mb"]) >= 5

@@ -24,6 +24,7 @@ PAGES = [
     "docs/getting-started.md",
     "docs/paths-and-selectors.md",
     "docs/parameter-groups.md",
+    "docs/observe-and-checkpoint.md",
     "docs/packed-params.md",
     "docs/numerics.md",
     "docs/contrib.md",
