@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._combinators.conditional import safe_increment
 from gradtx._core.elementwise import hyperparam_at
 from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
 from gradtx._core.module import field, hyperparam, static
@@ -56,6 +55,11 @@ def _check_b1(value: Any, owner: str) -> None:
         )
 
 
+# Per path: the sequence z, the sum of the averaging weights, the largest rate so far and the
+# step count. Kept per path like every slot, a path without a gradient keeps all four.
+_SLOTS = ("z", "weight_sum", "max_lr", "count")
+
+
 class ScheduleFree(Transformation):
     """A base optimizer made schedule-free (see `schedule_free`)."""
 
@@ -94,17 +98,20 @@ class ScheduleFree(Transformation):
         return {path: [*base.get(path, []), entry] for path in present_paths(params)}
 
     def init(self, params: Any) -> dict:
-        """The base state, `z` a copy of the params, and zero weight sum, rate and count."""
+        """The base state; per path, `z` a copy of the param and zero scalars and count."""
         if params is None:
             raise ValueError(f"{self.name}: `init` needs the params, got None.")
-        slots = init_slots(params, lambda p: {"z": own_copy(p, self.state_dtype)}, ("z",))
-        return {
-            "base": self.base.init(params),
-            "z": slots["z"],
-            "weight_sum": jnp.zeros((), jnp.float32),
-            "max_lr": jnp.zeros((), jnp.float32),
-            "count": jnp.zeros((), jnp.int32),
-        }
+
+        def leaf_init(param: Any) -> dict[str, Any]:
+            return {  # every scalar a buffer of its own: params and state may be donated
+                "z": own_copy(param, self.state_dtype),
+                "weight_sum": jnp.zeros((), jnp.float32),
+                "max_lr": jnp.zeros((), jnp.float32),
+                "count": jnp.zeros((), jnp.int32),
+            }
+
+        slots = init_slots(params, leaf_init, _SLOTS, step_counts=("count",))
+        return {"base": self.base.init(params), **slots}
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Step `z` by the base update; move the params to the new interpolation point."""
@@ -114,17 +121,18 @@ class ScheduleFree(Transformation):
                 f"{self.name} needs the params: call `tx.update(updates, state, params)` with "
                 "the params the gradients were taken at."
             )
-        rate = jnp.asarray(hyperparam_at(self.learning_rate, state["count"]), jnp.float32)
-        max_lr = jnp.maximum(state["max_lr"], rate)
-        weight = max_lr**self.weight_lr_power
-        weight_sum = state["weight_sum"] + weight
-        # Nothing to average yet (every rate so far 0): keep x. A NaN still propagates.
-        empty = weight_sum == 0
-        c = jnp.where(empty, jnp.float32(0), weight / jnp.where(empty, jnp.float32(1), weight_sum))
         base_updates, base_state = self.base.update(updates, state["base"], params, **extra)
-        b1 = self.b1
+        learning_rate, power, b1 = self.learning_rate, self.weight_lr_power, self.b1
 
         def step(u: Any, slots: dict, y: Any) -> tuple[Any, dict]:
+            # The averaging weight of this path's step, from its own count and scalars.
+            rate = jnp.asarray(hyperparam_at(learning_rate, slots["count"]), jnp.float32)
+            max_lr = jnp.maximum(slots["max_lr"], rate)
+            weight = max_lr**power
+            weight_sum = slots["weight_sum"] + weight
+            # Nothing to average yet (every rate so far 0): keep x. A NaN still propagates.
+            empty = weight_sum == 0
+            c = jnp.where(empty, jnp.float32(0), weight / jnp.where(empty, 1.0, weight_sum))
             dtype = compute_dtype(u, y, slots["z"])
             z, du, yy = slots["z"].astype(dtype), u.astype(dtype), y.astype(dtype)
             ck, beta = c.astype(dtype), b1.astype(dtype)
@@ -132,18 +140,19 @@ class ScheduleFree(Transformation):
             # x = (y - (1-b1) z) / b1 give c (z - y) + (1 - b1 (1 - c)) u. The base step u
             # keeps its relative precision (no difference of two nearby weights around it).
             out = ck * (z - yy) + (1 - beta * (1 - ck)) * du
-            return out.astype(u.dtype), {"z": z + du}
+            new = {"z": z + du, "weight_sum": weight_sum, "max_lr": max_lr}
+            # (a shared count advances by itself; a packed buffer's is advanced here)
+            return out.astype(u.dtype), {**new, "count": slots["count"] + jnp.int32(1)}
 
         new_updates, slots = update_slots(
-            step, base_updates, {"z": state["z"]}, params, owner=self.name, needs_params=True
+            step,
+            base_updates,
+            {name: state[name] for name in _SLOTS},
+            params,
+            owner=self.name,
+            needs_params=True,
         )
-        return new_updates, {
-            "base": base_state,
-            "z": slots["z"],
-            "weight_sum": weight_sum,
-            "max_lr": max_lr,
-            "count": safe_increment(state["count"]),
-        }
+        return new_updates, {"base": base_state, **slots}
 
     def eval_params(self, state: dict, params: Any) -> Any:
         """The average $x = (y - (1 - b_1) z) / b_1$, from the params $y$ and `z`.
@@ -204,9 +213,10 @@ def schedule_free(
     number of earlier updates (0 at the first), as in every gradtx transformation, so the
     weight of a step uses the rate the base optimizer used at that step.
 
-    The scalars (the weight sum, $\gamma_{\max}$ and the step count) are global: they
-    advance at every update, also for paths without a gradient at that step (`None`), which
-    keep their `z` and params. The update is computed from $u_t$ and $z_t - y_t$ directly,
+    The scalars (the weight sum, $\gamma_{\max}$ and the step count) are kept per path, like
+    a step count: a path without a gradient at a step (`None`) keeps its `z`, its scalars
+    and its params, so alternating updates of two models from one optimizer give what two
+    separate optimizers give. The update is computed from $u_t$ and $z_t - y_t$ directly,
     never as a difference of two weights, so it keeps the base step's relative precision.
 
     Args:
@@ -225,7 +235,8 @@ def schedule_free(
         `base/...` (the base optimizer's state), `z/<path>` (a copy of the parameter made by
         `init`, in its own buffer, so a jitted step may donate both params and state;
         `jax.ShapeDtypeStruct` leaves give zeros, to restore a checkpoint into), and the
-        global scalars `weight_sum` (float32), `max_lr` (float32) and `count` (int32).
+        scalars `weight_sum/<path>` (float32), `max_lr/<path>` (float32) and `count/<path>`
+        (int32).
 
     Examples:
         >>> tx = gradtx.schedule_free(gradtx.sgd(1.0), 1.0, b1=0.5)

@@ -107,7 +107,8 @@ def schedule_free_sgd(
 
     State:
         `base/schedule_count/<path>` with a warm-up or a schedule, `z/<path>`, and the
-        scalars `weight_sum`, `max_lr`, `count` (see `schedule_free`).
+        per-path scalars `weight_sum/<path>`, `max_lr/<path>`, `count/<path>` (see
+        `schedule_free`).
 
     Examples:
         >>> tx = gradtx.schedule_free_sgd(0.1, warmup_steps=10)
@@ -117,7 +118,7 @@ def schedule_free_sgd(
         >>> u["w"]  # the first step: the rate is 0.1 / 10
         Array([-0.01, -0.01], dtype=float32)
         >>> sorted(gradtx.state_dict(state))
-        ['base/schedule_count/w', 'count', 'max_lr', 'weight_sum', 'z/w']
+        ['base/schedule_count/w', 'count/w', 'max_lr/w', 'weight_sum/w', 'z/w']
 
     References:
         Defazio et al., "The Road Less Scheduled", NeurIPS 2024 (arXiv:2405.15682).
@@ -169,8 +170,8 @@ def schedule_free_adamw(
         nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
-        `base/nu/<path>`, `base/schedule_count/<path>`, `z/<path>`, and the scalars
-        `weight_sum`, `max_lr`, `count` (see `schedule_free`).
+        `base/nu/<path>`, `base/schedule_count/<path>`, `z/<path>`, and the per-path scalars
+        `weight_sum/<path>`, `max_lr/<path>`, `count/<path>` (see `schedule_free`).
 
     Examples:
         >>> tx = gradtx.schedule_free_adamw(0.1)
@@ -180,7 +181,7 @@ def schedule_free_adamw(
         >>> [f"{v:.4f}" for v in u["w"].tolist()]  # Adam's first step: -lr * sign(g)
         ['-0.1000', '0.1000']
         >>> sorted(gradtx.state_dict(state))
-        ['base/nu/w', 'base/schedule_count/w', 'count', 'max_lr', 'weight_sum', 'z/w']
+        ['base/nu/w', 'base/schedule_count/w', 'count/w', 'max_lr/w', 'weight_sum/w', 'z/w']
 
     References:
         Defazio et al., "The Road Less Scheduled", NeurIPS 2024 (arXiv:2405.15682),

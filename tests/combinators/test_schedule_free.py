@@ -376,3 +376,33 @@ def test_params_that_changed_since_init_point_at_reconcile():
     bigger = {**PARAMS, "new": jnp.ones(2)}
     with pytest.raises(KeyError, match="reconcile"):
         gradtx.eval_params(tx, state, bigger)
+
+
+def test_alternating_two_models_from_one_optimizer_equals_two_optimizers():
+    # Every scalar of the averaging (weight sum, largest rate, count) is kept per path, so a
+    # path without a gradient (None) keeps them: model A and model B, updated in turn by one
+    # optimizer, follow exactly what an optimizer of their own gives each.
+    tx = gradtx.schedule_free_adamw(1e-2, warmup_steps=3, weight_decay=1e-3)
+    models = {"a": {"w": jnp.ones(3)}, "b": {"w": jnp.full(2, -1.0)}}
+    rng = np.random.default_rng(5)
+    grads = [
+        {
+            k: {"w": jnp.asarray(rng.normal(size=v["w"].shape), jnp.float32)}
+            for k, v in models.items()
+        }
+        for _ in range(8)
+    ]
+    params, state = models, tx.init(models)
+    alone = {k: (models[k], tx.init(models[k])) for k in models}
+    for t, g in enumerate(grads):
+        turn = "ab"[t % 2]
+        partial = {k: g[k] if k == turn else {"w": None} for k in models}
+        updates, state = tx.update(partial, state, params)
+        params = gradtx.apply_updates(params, updates)
+        p, s = alone[turn]
+        u, s = tx.update(g[turn], s, p)
+        alone[turn] = (gradtx.apply_updates(p, u), s)
+    for k in models:
+        np.testing.assert_array_equal(params[k]["w"], alone[k][0]["w"])
+        together = gradtx.eval_params(tx, state, params)[k]["w"]
+        np.testing.assert_array_equal(together, gradtx.eval_params(tx, *alone[k][::-1])["w"])
