@@ -5,6 +5,7 @@
 #   make quick   pytest without the tests marked slow (the registry's cross products, subprocesses)
 #   make demo    run examples/train_mlp.py
 #   make docs    build the documentation into site/
+#   make dist    build the wheel and sdist into dist/, twine check, install the wheel in a clean venv
 #   make bench   run the benchmarks (python -m benchmarks.run)
 #   make clean   remove build, cache and docs output (keeps .venv)
 #
@@ -30,7 +31,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Silence mkdocs-material's end-of-life banner in build output.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: venv install demo test lint unit quick notebooks docs bench clean
+.PHONY: venv install demo test lint unit quick notebooks docs dist bench clean
 
 # --- environment -------------------------------------------------------------------------------
 
@@ -79,6 +80,16 @@ define docs_cmds
 	$(BIN)/mkdocs build --strict --site-dir $(SITE_DIR)
 endef
 
+# The distributions as they would be published: built from a clean copy of the sources,
+# checked by twine, and the wheel installed into a fresh virtual environment.
+define dist_cmds
+	rm -rf dist build gradtx.egg-info
+	$(BIN)/python -m build --no-isolation --outdir dist . > /dev/null
+	rm -rf build gradtx.egg-info
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/python .ci/check_dist.py dist
+endef
+
 # --- tasks -------------------------------------------------------------------------------------
 
 install: $(STAMP)
@@ -90,6 +101,7 @@ test: $(STAMP)
 	$(unit_cmds)
 	$(notebook_cmds)
 	$(docs_cmds)
+	$(dist_cmds)
 
 lint: $(STAMP)
 	$(lint_cmds)
@@ -105,6 +117,9 @@ notebooks: install
 
 docs: $(STAMP)
 	$(docs_cmds)
+
+dist: $(STAMP)
+	$(dist_cmds)
 
 demo: install
 	$(BIN)/python examples/train_mlp.py
