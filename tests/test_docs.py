@@ -25,6 +25,7 @@ PAGES = [
     "docs/paths-and-selectors.md",
     "docs/parameter-groups.md",
     "docs/observe-and-checkpoint.md",
+    "docs/recipes.md",
     "docs/packed-params.md",
     "docs/numerics.md",
     "docs/contrib.md",
