@@ -116,7 +116,7 @@ notebooks: install
 	$(notebook_cmds)
 
 docs: $(STAMP)
-	$(docs_cmds)
+	GRADTX_DOCS_EXECUTE=true $(docs_cmds)
 
 dist: $(STAMP)
 	$(dist_cmds)
