@@ -33,6 +33,7 @@ from gradtx._optimizers.trust_ratio import fromage, lamb, lars
 from gradtx._state.checkpoint import RestoreReport, restore, save
 from gradtx._state.eval_params import eval_params
 from gradtx._state.explain import explain
+from gradtx._state.from_optax import from_optax
 from gradtx._state.hyperparams import hyperparams, reset, set_hyperparams
 from gradtx._state.state_dict import (
     LoadReport,
@@ -111,6 +112,7 @@ __all__ = [
     "contrib",
     "explain",
     "freeze",
+    "from_optax",
     "hyperparams",
     "inject_hyperparams",
     "masked",

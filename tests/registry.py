@@ -27,6 +27,7 @@ NON_TRANSFORMATIONS = frozenset(
         "schedules",
         "state_dict",
         "load_state_dict",
+        "from_optax",
         "reconcile",
         "apply_updates",
         "Transformation",

@@ -29,6 +29,9 @@ PAGES = [
     "docs/packed-params.md",
     "docs/numerics.md",
     "docs/contrib.md",
+    "docs/coming-from-optax.md",
+    "docs/howto-equinox-optax.md",
+    "docs/howto-flax-nnx.md",
 ]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

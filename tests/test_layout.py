@@ -44,7 +44,7 @@ gradtx.contrib.muon gradtx.contrib.orthogonalize_via_newton_schulz gradtx.contri
 gradtx.contrib.sam gradtx.contrib.scale_by_ademamix gradtx.contrib.scale_by_adopt
 gradtx.contrib.scale_by_cocob gradtx.contrib.scale_by_dog gradtx.contrib.scale_by_dowg
 gradtx.contrib.scale_by_muon gradtx.ema gradtx.ema_params gradtx.eval_params gradtx.explain
-gradtx.freeze gradtx.fromage
+gradtx.freeze gradtx.from_optax gradtx.fromage
 gradtx.global_norm gradtx.hyperparams gradtx.identity gradtx.inject_hyperparams
 gradtx.keep_params_nonnegative gradtx.lamb gradtx.lars gradtx.lion gradtx.load_state_dict
 gradtx.lookahead gradtx.masked gradtx.monitor gradtx.multi_steps gradtx.multi_transform gradtx.nadam

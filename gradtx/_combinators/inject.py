@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.module import Module, static
+from gradtx._core.module import Module, as_float, static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._paths.selectors import Selector
@@ -257,7 +257,9 @@ def inject_hyperparams(
                 if _is_plain_function(value):
                     value = FunctionSchedule(value)
                 elif not isinstance(value, Schedule):
-                    value = jnp.asarray(value, jnp.float32)
+                    # A number is kept as a NumPy float32 scalar, which Flax NNX counts as
+                    # static structure (see `Module`); an array as a JAX float32 array.
+                    value = as_float(value, f"inject_hyperparams({label}).{name}")
                     if value.shape != ():
                         raise ValueError(
                             f"inject_hyperparams({label}): hyperparameter {name!r} must be a "

@@ -35,8 +35,11 @@ def own_copy(param: Any, dtype: Any = None) -> jax.Array:
 
 
 def check_number(value: Any, name: str, owner: str) -> None:
-    """Raise unless `value` is a numeric array (a schedule has no meaning there)."""
-    if not isinstance(value, jax.Array):
+    """Raise unless `value` is a number (a schedule has no meaning there).
+
+    `value` has been through `as_float`: a NumPy float32 scalar or a JAX array.
+    """
+    if not isinstance(value, (jax.Array, np.generic)):
         raise TypeError(
             f"{owner}: `{name}` must be a number, got {type(value).__name__}: {value!r}; "
             "to schedule it, use `gradtx.inject_hyperparams`."

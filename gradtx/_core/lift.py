@@ -122,6 +122,22 @@ def _shape_dtype(x: Any) -> tuple[tuple, Any]:
     return tuple(np.shape(x)), getattr(x, "dtype", None)
 
 
+def _as_param(param: Any, path: str) -> Any:
+    """`param` as a leaf with a shape and a dtype: a Python number becomes an array.
+
+    Anything else (a function or a string field of an Equinox module) raises, naming the path.
+    """
+    if hasattr(param, "shape") and hasattr(param, "dtype"):
+        return param
+    if isinstance(param, (bool, int, float, complex)):
+        return jnp.asarray(param, jax.dtypes.canonicalize_dtype(np.result_type(param)))
+    raise TypeError(
+        f"init: the params leaf at {path!r} is a {type(param).__name__}, not an array. Pass "
+        "only the arrays to optimize, with `None` elsewhere: for an Equinox module, "
+        "`eqx.filter(model, eqx.is_inexact_array)`."
+    )
+
+
 def init_slots(
     params: Any,
     leaf_init: Callable[[Any], dict],
@@ -152,6 +168,7 @@ def init_slots(
             continue
         if param is None or (where is not None and path not in where):
             continue
+        param = _as_param(param, path)
         if is_complex(param):  # complex as pairs of reals: state in the real layout
             param = to_real(param)
         for name, value in leaf_init(param).items():

@@ -6,6 +6,11 @@ A `Module` subclass is a frozen dataclass registered as a pytree. Its fields are
 Python function stored in a data field (a schedule written as `lambda step: ...`) is moved to
 the static part, since it cannot be traced. Two equal static parts give equal treedefs, so an
 equal transformation never recompiles a jitted step that takes it as an argument.
+
+A hyperparameter given as a Python or NumPy number is kept as a NumPy float32 scalar
+(`np.float32`), not as a JAX array: it is still a leaf, so JAX traces it whenever the
+transformation is an argument of a jitted function, but it is no device buffer, and Flax NNX
+(whose `nnx.Optimizer` keeps its `tx` as static structure) does not count it as data.
 """
 
 from __future__ import annotations
@@ -38,42 +43,74 @@ def _is_static_callable(value: Any) -> bool:
     return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
 
 
-def as_float(value: Any, name: str = "value") -> Any:
-    """Numeric hyperparameter -> float32 array; schedules and functions are kept as they are."""
-    if value is None or isinstance(value, Module) or _is_static_callable(value):
-        return value
+def _is_plain_number(value: Any) -> bool:
+    """A Python or NumPy number (`1e-3`, `True`, `np.float64(0.9)`), not an array."""
+    return isinstance(value, (bool, int, float, complex, np.generic))
+
+
+def _checked(value: Any, name: str, what: str, *, allow_bool: bool = True) -> Any:
+    """`value` as a NumPy array (Python and NumPy numbers) or a JAX array, dtype checked."""
     try:
-        array = jnp.asarray(value)
-    except (TypeError, ValueError) as e:  # a string like "1e-3" raises ValueError
-        raise TypeError(
-            f"`{name}` must be a number, an array, a schedule or a function of the step, "
-            f"got {type(value).__name__}: {value!r}"
-        ) from e
-    if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
-        raise TypeError(f"`{name}` must be numeric, got dtype {array.dtype}")
+        array = np.asarray(value) if _is_plain_number(value) else jnp.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:  # a string like "1e-3" raises ValueError
+        raise TypeError(f"`{name}` must be {what}, got {type(value).__name__}: {value!r}") from e
+    if not (jnp.issubdtype(array.dtype, jnp.number) or (allow_bool and array.dtype == np.bool_)):
+        raise TypeError(f"`{name}` must be {what}, got dtype {array.dtype}")
     if jnp.issubdtype(array.dtype, jnp.complexfloating):
         raise TypeError(f"`{name}` must be real, got dtype {array.dtype}")
-    # float64 inputs are narrowed on purpose: hyperparameters are float32 whatever the params.
+    return array
+
+
+def as_float(value: Any, name: str = "value") -> Any:
+    """Numeric hyperparameter -> float32 leaf; schedules and functions are kept as they are.
+
+    A Python or NumPy number becomes a NumPy float32 scalar (`np.float32`): a pytree leaf that
+    JAX traces like any array when the transformation is an argument of a jitted function, and
+    that libraries holding the transformation as static structure (Flax NNX's
+    `nnx.Optimizer`) do not count as data. An array or a tracer becomes a JAX float32 array.
+    float64 inputs are narrowed on purpose: hyperparameters are float32 whatever the params.
+    """
+    if value is None or isinstance(value, Module) or _is_static_callable(value):
+        return value
+    what = "a number, an array, a schedule or a function of the step"
+    array = _checked(value, name, what)
+    if _is_plain_number(value):
+        with np.errstate(over="ignore"):  # a huge number becomes inf, as jnp's cast gives
+            return np.float32(array)
     return array.astype(jnp.float32)
 
 
 def as_int(value: Any, name: str = "value") -> Any:
-    """Step-valued argument (boundaries, step counts) -> int32 array."""
+    """Step-valued argument (boundaries, step counts) -> int32 leaf.
+
+    As in `as_float`, a Python or NumPy number becomes a NumPy scalar (`np.int32`) and an
+    array or a tracer a JAX int32 array.
+    """
     if value is None:
         return None
-    array = jnp.asarray(value)
-    if not jnp.issubdtype(array.dtype, jnp.number):
-        raise TypeError(f"`{name}` must be an integer number of steps, got {value!r}")
+    array = _checked(value, name, "an integer number of steps", allow_bool=False)
+    if _is_plain_number(value):
+        info = np.iinfo(np.int32)
+        if np.issubdtype(array.dtype, np.integer) and not info.min <= int(array) <= info.max:
+            raise OverflowError(f"`{name}` must fit in int32, got {value!r}")
+        with np.errstate(invalid="ignore"):  # a float out of range saturates, as jnp's cast
+            return np.int32(np.clip(array, info.min, info.max))
     return array.astype(jnp.int32)
 
 
 def hyperparam(default: Any = dataclasses.MISSING) -> Any:
-    """A numeric hyperparameter: a float32 array leaf, a schedule, or a static function."""
+    """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
+
+    Numbers are stored as `np.float32` scalars, arrays and tracers as JAX float32 arrays
+    (see `as_float`).
+    """
     return field(default=default, converter=as_float)
 
 
 def _format_value(value: Any) -> str:
-    if isinstance(value, (jax.Array, np.ndarray)) and not isinstance(value, jax.core.Tracer):
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and not isinstance(
+        value, jax.core.Tracer
+    ):
         if value.shape == ():
             item = value.item()
             return f"{item:g}" if isinstance(item, float) else repr(item)
@@ -87,13 +124,30 @@ class Module:
     """Base class: a frozen dataclass registered as a pytree with attribute keys.
 
     Subclasses declare fields with annotations. `static(...)` marks structure; `hyperparam()`
-    converts numbers to float32 array leaves. Converters run at construction (never when
-    JAX rebuilds the object from leaves). Override `__check__` to validate arguments.
+    converts numbers to float32 leaves. Converters run at construction (never when JAX
+    rebuilds the object from leaves). Override `__check__` to validate arguments.
+
+    Hyperparameters given as Python or NumPy numbers are stored as NumPy float32 scalars
+    (`np.float32`); arrays and tracers given explicitly become JAX float32 arrays. Both are
+    pytree leaves, so:
+
+    - passed as an argument of a jitted function, a transformation's hyperparameters are
+      traced: a new learning rate reuses the compiled program, and `jax.vmap` over stacked
+      transformations sweeps them. Each call copies the scalars to the device (about a
+      microsecond each); `jax.tree.map(jnp.asarray, tx)` keeps them there instead;
+    - held as *static* structure, as Flax NNX's `nnx.Optimizer` holds its `tx`, a
+      transformation counts as no data (NNX treats `np.generic` as static, JAX and NumPy
+      arrays as data). The cost: there the values are constants of the compiled step, so a
+      new learning rate means a new transformation and `nnx.jit` traces the step again. To
+      change a value without recompiling, wrap the transformation in
+      `gradtx.inject_hyperparams`, which keeps the values in the optimizer state (data).
 
     Examples:
         >>> class Scale(Module):
         ...     factor: Any = hyperparam()
         >>> jax.tree_util.tree_leaves(Scale(2.0))
+        [np.float32(2.0)]
+        >>> jax.tree_util.tree_leaves(Scale(jnp.asarray(2.0)))
         [Array(2., dtype=float32)]
     """
 

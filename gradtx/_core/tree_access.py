@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from gradtx._core.tree_math import _sample
-from gradtx._paths.paths import flatten, path_of
+from gradtx._paths.paths import flatten, path_of, unbox
 
 __all__ = ["get", "set"]
 
@@ -32,6 +32,11 @@ class _PathNotFound(KeyError):
 
 def _walk(node: Any, rest: str, replace: Callable[[Any], Any] | None) -> tuple[Any, Any]:
     """`(subtree at rest, node with it replaced by replace(subtree) if given)`."""
+    boxed = unbox(node)
+    if boxed is not None:  # a Flax NNX Variable: its value has the Variable's own path
+        value, box = boxed
+        found, new_value = _walk(value, rest, replace)
+        return found, (box.unflatten([new_value]) if replace is not None else node)
     if rest == "":
         return node, (replace(node) if replace is not None else node)
     split = _children(node)

@@ -3,10 +3,18 @@
 `{"enc": {"layers": [{"w": x}]}}` gives `enc/layers/0/w`. Dict keys, attribute names
 (dataclasses, NamedTuples, Equinox modules) and sequence indices all work. `None` is kept as a
 leaf, so Equinox-style trees with `None` gradients keep their structure.
+
+A *path-transparent* node, a box around a single value such as a Flax NNX `Variable`
+(`nnx.Param`, `nnx.BatchStat`, ...: an `nnx.State` holds one per parameter), gives its value
+its own path: the kernel of `nnx.state(model)` is `l1/kernel`, not `l1/kernel/value`, just as
+in the model. Flax is never imported here: a node is recognised by its type's module and name
+(or by a `__gradtx_path_transparent__ = True` class attribute), and then only when it
+flattens to the single child `value`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -16,10 +24,12 @@ from gradtx._paths.cache import BoundedCache
 __all__ = [
     "DuplicatePathError",
     "flatten",
+    "is_path_transparent",
     "is_unit",
     "leaves",
     "path_of",
     "paths",
+    "unbox",
     "unflatten",
     "virtual",
 ]
@@ -67,12 +77,86 @@ def path_of(key_path: tuple) -> str:
     return jax.tree_util.keystr(key_path, simple=True, separator="/")
 
 
+# Whether each type seen is path-transparent (see the module docstring), looked up by type
+# like `_UNIT_TYPES`: `_compute_paths` asks it of every node of a new structure.
+_TRANSPARENT_TYPES: BoundedCache = BoundedCache(4096)
+
+# The Flax NNX boxes around one value: `Variable` (and so `Param`, `BatchStat`, user
+# subclasses), and the `VariableState` that an `nnx.State` holds in earlier Flax versions.
+_NNX_BOXES = frozenset({"Variable", "VariableState"})
+
+
+def _transparent_type(cls: type) -> bool:
+    if getattr(cls, "__gradtx_path_transparent__", False):
+        return True
+    return any(
+        base.__name__ in _NNX_BOXES and getattr(base, "__module__", "").startswith("flax.nnx")
+        for base in cls.__mro__
+    )
+
+
+def is_path_transparent(x: Any) -> bool:
+    """True for a box whose single value takes the box's own path (a Flax NNX `Variable`).
+
+    The type alone decides here; `flatten` further requires that the box flattens to one
+    child keyed `value`, so a box holding anything else keeps its full paths.
+    """
+    cls = type(x)
+    try:
+        return _TRANSPARENT_TYPES[cls]
+    except KeyError:
+        return _TRANSPARENT_TYPES.remember(cls, _transparent_type(cls))
+
+
+def _stops(x: Any) -> bool:
+    return _is_none(x) or is_path_transparent(x)
+
+
+def _is_value_key(key_path: tuple) -> bool:
+    return len(key_path) == 1 and getattr(key_path[0], "name", None) == "value"
+
+
+def _one_level(node: Any) -> tuple[list[tuple[tuple, Any]], Any]:
+    """`([(key path, child), ...], one-level treedef)` of a node's direct children."""
+    return jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)
+
+
+def unbox(node: Any) -> tuple[Any, Any] | None:
+    """`(value, one-level treedef)` of a path-transparent box, or None for any other node.
+
+    The value takes the box's path; `treedef.unflatten([new_value])` rebuilds the box.
+    """
+    if _is_none(node) or not is_path_transparent(node):
+        return None
+    children, treedef = _one_level(node)
+    if len(children) == 1 and _is_value_key(children[0][0]):
+        return children[0][1], treedef
+    return None
+
+
+def _key_paths(tree: Any) -> Iterator[tuple]:
+    """The key path of every leaf of `tree` (`None` leaves included), in tree order.
+
+    The `value` key of a path-transparent box is left out, so its value has the box's path.
+    """
+    found, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_stops)
+    for key_path, node in found:
+        if _is_none(node) or not is_path_transparent(node):
+            yield key_path
+            continue
+        boxed = unbox(node)
+        children = [((), boxed[0])] if boxed is not None else _one_level(node)[0]
+        for child_key, child in children:
+            for rest in _key_paths(child):
+                yield key_path + child_key + rest
+
+
 def _compute_paths(tree: Any) -> tuple[str, ...]:
-    key_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_none)
-    rendered = tuple(path_of(kp) for kp, _ in key_paths)
+    key_paths = list(_key_paths(tree))
+    rendered = tuple(path_of(kp) for kp in key_paths)
     if len(set(rendered)) != len(rendered):
         first: dict[str, tuple] = {}
-        for (kp, _), path in zip(key_paths, rendered):
+        for kp, path in zip(key_paths, rendered):
             if path in first:
                 raise DuplicatePathError(
                     f"Two leaves have the same path {path!r}: {jax.tree_util.keystr(first[path])}"

@@ -61,13 +61,15 @@ def test_small_math_stays_inline():
     assert not [e for e in eqns if e.primitive.name in ("jit", "pjit")]
 
 
-def test_sgd_traces_four_operations_per_leaf():
+@pytest.mark.parametrize(("learning_rate", "negations"), [(1e-2, 0), (jnp.asarray(1e-2), 1)])
+def test_sgd_traces_four_operations_per_leaf(learning_rate, negations):
     # Momentum (a multiply and an add), the learning rate and the parameter update; the
     # constant rate is negated once for the tree, and casts that change nothing are skipped.
-    tx = gradtx.sgd(1e-2, momentum=0.9)
+    # A rate given as a number is a NumPy scalar here, negated before tracing: no `neg` at all.
+    tx = gradtx.sgd(learning_rate, momentum=0.9)
     small, large = _top_level_eqns(tx, _params(2)), _top_level_eqns(tx, _params(12))
     assert (len(large) - len(small)) / 20 == 4
-    assert [e.primitive.name for e in large].count("neg") == 1
+    assert [e.primitive.name for e in large].count("neg") == negations
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])

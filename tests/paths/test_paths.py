@@ -157,3 +157,44 @@ def test_numpy_and_scalar_leaves_keep_identity():
     flat = gpaths.leaves(tree)
     assert flat["a"] is a
     assert flat["s"] == 1.5
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Box:
+    """A box around one value that opts in to giving the value its own path."""
+
+    __gradtx_path_transparent__ = True
+
+    def __init__(self, value):
+        self.value = value
+
+    def tree_flatten_with_keys(self):
+        return [(jax.tree_util.GetAttrKey("value"), self.value)], None
+
+    def tree_flatten(self):
+        return [self.value], None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def test_a_path_transparent_box_gives_its_value_its_own_path():
+    tree = {"enc": {"w": Box(jnp.ones(2)), "b": Box(None)}, "head": Box({"w": jnp.ones(1)})}
+    assert gpaths.paths(tree) == ["enc/b", "enc/w", "head/w"]
+    assert gpaths.select(tree, "**/w") == ["enc/w", "head/w"]
+    rebuilt = gpaths.unflatten(tree, {"enc/b": None, "enc/w": 2.0, "head/w": 3.0})
+    assert isinstance(rebuilt["enc"]["w"], Box) and rebuilt["enc"]["w"].value == 2.0
+    with pytest.raises(gpaths.DuplicatePathError, match="'a/b'"):
+        gpaths.paths({"a": {"b": Box(1.0)}, "a/b": 2.0})
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class PlainBox(Box):
+    """The same box without the opt-in."""
+
+    __gradtx_path_transparent__ = False
+
+
+def test_a_box_without_the_opt_in_keeps_the_value_key():
+    assert gpaths.paths({"w": PlainBox(1.0)}) == ["w/value"]
