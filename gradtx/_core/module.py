@@ -98,6 +98,35 @@ def as_int(value: Any, name: str = "value") -> Any:
     return array.astype(jnp.int32)
 
 
+def _as_vector(value: Any, name: str, scalar: Callable[[Any, str], Any]) -> Any:
+    """A 1-d argument: a tuple of NumPy scalars when its values are known, else an array.
+
+    Like a number, a list or NumPy vector of numbers (a schedule's boundaries and values) is
+    then static to libraries that hold the transformation as structure (Flax NNX), and each
+    entry is still a leaf that JAX traces. A JAX array or a tracer stays one array.
+    """
+    if value is None or isinstance(value, (jax.Array, jax.core.Tracer)) or _is_plain_number(value):
+        return scalar(value, name)
+    if isinstance(value, (list, tuple)) and any(
+        isinstance(v, (jax.Array, jax.core.Tracer)) for v in value
+    ):  # entries computed by JAX (traced under vmap, say): one array
+        return scalar(jnp.stack([jnp.asarray(v) for v in value]), name)
+    entries = np.asarray(value)
+    if entries.ndim != 1:
+        return scalar(value, name)  # not a vector: the scalar converter says what it is
+    return tuple(scalar(entry, f"{name}[{i}]") for i, entry in enumerate(entries))
+
+
+def as_floats(value: Any, name: str = "value") -> Any:
+    """A vector of float32 hyperparameters (see `_as_vector`)."""
+    return _as_vector(value, name, as_float)
+
+
+def as_ints(value: Any, name: str = "value") -> Any:
+    """A vector of int32 step-valued arguments (see `_as_vector`)."""
+    return _as_vector(value, name, as_int)
+
+
 def hyperparam(default: Any = dataclasses.MISSING) -> Any:
     """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.module import Module, as_int, field, hyperparam, static
+from gradtx._core.module import Module, as_int, as_ints, field, hyperparam, static
 
 __all__ = ["Schedule", "constant", "join"]
 
@@ -70,11 +70,16 @@ class Constant(Schedule):
         return jnp.broadcast_to(self.value, jnp.shape(step))
 
 
+def steps_vector() -> Any:
+    """Boundaries: int32 step counts, a tuple of NumPy scalars when given as numbers."""
+    return field(converter=as_ints)
+
+
 class Join(Schedule):
     """Schedules run one after another; each restarts its step count at its boundary."""
 
     schedules: tuple
-    boundaries: Any = steps_field()
+    boundaries: Any = steps_vector()
 
     def __call__(self, step: Any) -> jax.Array:
         """`schedules[i](step - boundaries[i-1])` for the last boundary reached."""

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.module import as_float
@@ -69,7 +68,7 @@ def linear_onecycle(
     peak = as_float(peak_value, f"{fn}.peak_value")
     low = peak / as_float(div_factor, f"{fn}.div_factor")
     final = low / as_float(final_div_factor, f"{fn}.final_div_factor")
-    values = jnp.stack([low, peak, low, final])
+    values = (low, peak, low, final)
     return PiecewiseInterpolate(np.asarray(boundaries, np.int32), values, "linear")
 
 
@@ -110,7 +109,7 @@ def cosine_onecycle(
     peak = as_float(peak_value, f"{fn}.peak_value")
     low = peak / as_float(div_factor, f"{fn}.div_factor")
     final = low / as_float(final_div_factor, f"{fn}.final_div_factor")
-    values = jnp.stack([low, peak, final])
+    values = (low, peak, final)
     return PiecewiseInterpolate(np.asarray(boundaries, np.int32), values, "cosine")
 
 

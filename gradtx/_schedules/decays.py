@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.module import as_float, hyperparam, static
-from gradtx._schedules.base import Schedule, as_f32, check_positive_steps, steps_field
+from gradtx._core.module import as_float, as_floats, field, hyperparam, static
+from gradtx._schedules.base import Schedule, as_f32, check_positive_steps, steps_field, steps_vector
 
 __all__ = [
     "cosine_decay",
@@ -94,15 +94,16 @@ class PiecewiseConstant(Schedule):
     """`init_value` times every scale whose boundary has been reached."""
 
     init_value: Any = hyperparam()
-    boundaries: Any = steps_field()
-    scales: Any = hyperparam()
+    boundaries: Any = steps_vector()
+    scales: Any = field(converter=as_floats)
 
     def __call__(self, step: Any) -> jax.Array:
         """`init * prod(scales[b] for b in boundaries if step >= b)`."""
         step = jnp.asarray(step)
-        boundaries = jnp.reshape(self.boundaries, (1,) * step.ndim + (-1,))
+        bounds = jnp.asarray(self.boundaries, jnp.int32)
+        boundaries = jnp.reshape(bounds, (1,) * step.ndim + (-1,))
         reached = step[..., None] >= boundaries
-        factors = jnp.where(reached, self.scales, jnp.float32(1))
+        factors = jnp.where(reached, jnp.asarray(self.scales, jnp.float32), jnp.float32(1))
         return self.init_value * jnp.prod(factors, axis=-1)
 
 
@@ -234,8 +235,8 @@ class PiecewiseInterpolate(Schedule):
     value holds from the last boundary on.
     """
 
-    boundaries: Any = steps_field()
-    values: Any = hyperparam()
+    boundaries: Any = steps_vector()
+    values: Any = field(converter=as_floats)
     interpolate_type: str = static("linear")
 
     def __check__(self) -> None:
@@ -244,7 +245,7 @@ class PiecewiseInterpolate(Schedule):
                 "piecewise_interpolate: `interpolate_type` must be 'linear' or 'cosine', got "
                 f"{self.interpolate_type!r}."
             )
-        n_bounds, n_values = jnp.shape(self.boundaries), jnp.shape(self.values)
+        n_bounds, n_values = np.shape(self.boundaries), np.shape(self.values)
         if len(n_bounds) != 1 or n_values != (n_bounds[0] + 1,):
             raise ValueError(
                 "piecewise_interpolate: need one more value than boundaries (a 1-d array each), "
@@ -261,15 +262,17 @@ class PiecewiseInterpolate(Schedule):
     def __call__(self, step: Any) -> jax.Array:
         """The interpolated value in the segment holding `step`; negative steps count as 0."""
         step = jnp.maximum(jnp.asarray(step), 0)
-        if jnp.shape(self.boundaries)[-1] == 0:
-            return jnp.broadcast_to(self.values[..., 0], step.shape)
-        zero = jnp.zeros((1,), self.boundaries.dtype)
-        bounds = jnp.concatenate([zero, self.boundaries])
+        boundaries = jnp.asarray(self.boundaries, jnp.int32)
+        values = jnp.asarray(self.values, jnp.float32)
+        if jnp.shape(boundaries)[-1] == 0:
+            return jnp.broadcast_to(values[..., 0], step.shape)
+        zero = jnp.zeros((1,), boundaries.dtype)
+        bounds = jnp.concatenate([zero, boundaries])
         shape = (1,) * step.ndim + (-1,)
         lo = jnp.reshape(bounds[:-1], shape)
         hi = jnp.reshape(bounds[1:], shape)
-        start = jnp.reshape(self.values[:-1], shape)
-        end = jnp.reshape(self.values[1:], shape)
+        start = jnp.reshape(values[:-1], shape)
+        end = jnp.reshape(values[1:], shape)
         s = step[..., None]
         size = jnp.maximum(hi - lo, 1)
         pct = as_f32(jnp.clip(s - lo, 0, size)) / as_f32(size)
@@ -278,7 +281,7 @@ class PiecewiseInterpolate(Schedule):
         # `start + (end - start) * pct` gives `start` exactly at the segment's first step.
         inside = (lo <= s) & (s < hi)
         within = jnp.sum(jnp.where(inside, start + (end - start) * pct, 0), axis=-1)
-        return jnp.where(step >= self.boundaries[-1], self.values[-1], within)
+        return jnp.where(step >= boundaries[-1], values[-1], within)
 
 
 def piecewise_interpolate(
@@ -324,4 +327,4 @@ def piecewise_interpolate(
     for factor in factors:
         values.append(values[-1] * factor)
     boundaries = np.asarray([int(b) for b, _ in items], np.int32)
-    return PiecewiseInterpolate(boundaries, jnp.stack(values), interpolate_type)
+    return PiecewiseInterpolate(boundaries, tuple(values), interpolate_type)

@@ -157,4 +157,4 @@ def warmup_exponential_decay(
         peak_value, transition_steps, decay_rate, transition_begin, staircase, end_value
     )
     warmup = WarmupConstant(init_value, peak_value, warmup_steps)
-    return Join((warmup, decay), jnp.reshape(as_int(warmup_steps), (1,)))
+    return Join((warmup, decay), (as_int(warmup_steps, "warmup_exponential_decay.warmup_steps"),))

@@ -322,13 +322,32 @@ def test_a_schedule_runs_inside_nnx_optimizer():
     np.testing.assert_allclose(losses, ref_losses, rtol=RTOL, atol=ATOL)
 
 
-def test_a_piecewise_schedule_runs_as_a_function_of_the_step():
-    # Its boundaries are an array, which NNX refuses in a static attribute; a function of the
-    # step is static structure.
-    schedule = gradtx.schedules.piecewise_constant(1e-2, {10: 0.1})
-    _, _, losses = _train(gradtx.adamw(lambda step: schedule(step)))
-    reference = optax.adamw(optax.piecewise_constant_schedule(1e-2, {10: 0.1}))
-    _, _, ref_losses = _train_optax(reference)
+@pytest.mark.parametrize(
+    ("schedule", "reference"),
+    [
+        (
+            gradtx.schedules.piecewise_constant(1e-2, {10: 0.1}),
+            optax.piecewise_constant_schedule(1e-2, {10: 0.1}),
+        ),
+        (
+            gradtx.schedules.join(
+                [gradtx.schedules.linear(0.0, 1e-2, 5), gradtx.schedules.constant(1e-2)], [5]
+            ),
+            optax.join_schedules(
+                [optax.linear_schedule(0.0, 1e-2, 5), optax.constant_schedule(1e-2)], [5]
+            ),
+        ),
+        (
+            gradtx.schedules.cosine_onecycle(STEPS, 1e-2),
+            optax.cosine_onecycle_schedule(STEPS, 1e-2),
+        ),
+    ],
+    ids=["piecewise_constant", "join", "cosine_onecycle"],
+)
+def test_schedules_made_of_pieces_go_in_directly(schedule, reference):
+    # Their boundaries and values are tuples of NumPy scalars: static to NNX, leaves to JAX.
+    _, _, losses = _train(gradtx.adamw(schedule))
+    _, _, ref_losses = _train_optax(optax.adamw(reference))
     np.testing.assert_allclose(losses, ref_losses, rtol=RTOL, atol=ATOL)
 
 
