@@ -235,23 +235,29 @@ class ApplyIfFinite:
 
 
 class Lookahead:
+    """The slow weights are the params minus the gap, the sum of this node's own updates since
+    the last synchronisation (so updates changed after it move the slow weights along)."""
+
     def __init__(self, inner: Any, sync_period: int, alpha: float):
         self.inner, self.sync, self.alpha = inner, sync_period, f32(alpha)
 
     def init(self, params: Flat) -> dict:
-        slow = {p: np.asarray(x, np.float64) for p, x in params.items()}
-        return {"count": 0, "slow": slow, "inner": self.inner.init(params)}
+        gap = {p: np.zeros(np.shape(x)) for p, x in params.items()}
+        return {"count": 0, "gap": gap, "inner": self.inner.init(params)}
 
     def update(self, grads: Flat, state: dict, params: Flat, lr: float | None) -> tuple:
         out, inner = self.inner.update(grads, state["inner"], params, lr)
         count = state["count"] + 1
-        slow = dict(state["slow"])
-        if count % self.sync == 0:
-            for p in out:
-                fast = np.asarray(params[p], np.float64) + out[p]
-                slow[p] = slow[p] + self.alpha * (fast - slow[p])
-                out[p] = slow[p] - np.asarray(params[p], np.float64)
-        return out, {"count": count, "slow": slow, "inner": inner}
+        gap = dict(state["gap"])
+        for p in out:
+            fast = np.asarray(params[p], np.float64)
+            slow = fast - gap[p]
+            gap[p] = gap[p] + out[p]
+            if count % self.sync == 0:
+                slow = slow + self.alpha * (fast + out[p] - slow)
+                out[p] = slow - fast
+                gap[p] = np.zeros_like(gap[p])
+        return out, {"count": count, "gap": gap, "inner": inner}
 
     def frozen(self, params: Flat) -> set:
         return self.inner.frozen(params)
@@ -271,6 +277,68 @@ class ClipChain:
         factor = 1.0 if norm <= self.max_norm else self.max_norm / norm
         clipped = {p: np.asarray(g, np.float64) * factor for p, g in grads.items()}
         return self.inner.update(clipped, state, params, lr)
+
+    def frozen(self, params: Flat) -> set:
+        return self.inner.frozen(params)
+
+
+class ScheduleFree:
+    """`schedule_free(inner, lr, b1, weight_lr_power)`: z, the weight sums and rates per path."""
+
+    def __init__(self, inner: Any, lr: float = 0.1, b1: float = 0.9, power: float = 2.0):
+        self.inner, self.lr, self.b1, self.power = inner, f32(lr), f32(b1), f32(power)
+
+    def init(self, params: Flat) -> dict:
+        per_path = {p: np.asarray(x, np.float64) for p, x in params.items()}
+        zeros = {p: 0.0 for p in params}
+        return {
+            "z": per_path,
+            "sum": dict(zeros),
+            "max": dict(zeros),
+            "inner": self.inner.init(params),
+        }
+
+    def update(self, grads: Flat, state: dict, params: Flat, lr: float | None) -> tuple:
+        lr = self.lr if lr is None else lr
+        base, inner = self.inner.update(grads, state["inner"], params, lr)
+        z, total, top = dict(state["z"]), dict(state["sum"]), dict(state["max"])
+        out = {}
+        for p, u in base.items():
+            top[p] = max(top[p], lr)
+            weight = top[p] ** self.power
+            total[p] += weight
+            c = weight / total[p] if total[p] > 0 else 0.0
+            z_next = z[p] + u
+            # x from y = b1 x + (1 - b1) z; then x' and y' as the paper writes them
+            y = np.asarray(params[p], np.float64)
+            x = (y - (1 - self.b1) * z[p]) / self.b1
+            x_next = (1 - c) * x + c * z_next
+            out[p] = self.b1 * x_next + (1 - self.b1) * z_next - y
+            z[p] = z_next
+        return out, {"z": z, "sum": total, "max": top, "inner": inner}
+
+    def frozen(self, params: Flat) -> set:
+        return self.inner.frozen(params)
+
+
+class EmaParams:
+    """`ema_params(inner, decay)`: the inner's updates; a debiased average of the new params."""
+
+    def __init__(self, inner: Any, decay: float):
+        self.inner, self.decay = inner, f32(decay)
+
+    def init(self, params: Flat) -> dict:
+        zeros = {p: np.zeros(np.shape(x)) for p, x in params.items()}
+        return {"ema": zeros, "t": {p: 0 for p in params}, "inner": self.inner.init(params)}
+
+    def update(self, grads: Flat, state: dict, params: Flat, lr: float | None) -> tuple:
+        out, inner = self.inner.update(grads, state["inner"], params, lr)
+        ema, t = dict(state["ema"]), dict(state["t"])
+        for p, u in out.items():
+            new = np.asarray(params[p], np.float64) + u
+            ema[p] = self.decay * ema[p] + (1 - self.decay) * new
+            t[p] += 1
+        return out, {"ema": ema, "t": t, "inner": inner}
 
     def frozen(self, params: Flat) -> set:
         return self.inner.frozen(params)

@@ -86,9 +86,13 @@ class ElementwiseTransform(Transformation):
         """Raise a clear error if `state` was not made by this transformation's `init`."""
         check_state_keys(self.name, state, self.state_keys())
 
+    def slot_keys(self) -> tuple[str, ...]:
+        """The per-path slots among `state_keys()` (all of them unless a subclass says)."""
+        return self.state_keys()
+
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""
-        keys = self.state_keys()
+        keys = self.slot_keys()
         counts = [k for k in keys if k in self.step_count_slots]
         return init_slots(params, self.init_leaf, keys, step_counts=counts)
 
@@ -97,10 +101,14 @@ class ElementwiseTransform(Transformation):
     ) -> tuple[Any, dict]:
         """Apply `update_leaf` to every path present in `updates`."""
         self.check_state(state)
+        return self.transform_slots(updates, state, params)
+
+    def transform_slots(self, updates: Any, slots: dict, params: Any) -> tuple[Any, dict]:
+        """`update_leaf` on every present path, with the per-path `slots` (not checked)."""
         return update_slots(
             _traced_once(self),
             updates,
-            state,
+            slots,
             params,
             owner=self.name,
             needs_params=self.needs_params,

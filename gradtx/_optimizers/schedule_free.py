@@ -118,7 +118,8 @@ def schedule_free_sgd(
         >>> u["w"]  # the first step: the rate is 0.1 / 10
         Array([-0.01, -0.01], dtype=float32)
         >>> sorted(gradtx.state_dict(state))
-        ['base/schedule_count/w', 'count/w', 'max_lr/w', 'weight_sum/w', 'z/w']
+        ['base/schedule_count/w', 'base/scheduled/learning_rate', 'count/w', 'max_lr/w',
+         'weight_sum/w', 'z/w']
 
     References:
         Defazio et al., "The Road Less Scheduled", NeurIPS 2024 (arXiv:2405.15682).
@@ -181,7 +182,8 @@ def schedule_free_adamw(
         >>> [f"{v:.4f}" for v in u["w"].tolist()]  # Adam's first step: -lr * sign(g)
         ['-0.1000', '0.1000']
         >>> sorted(gradtx.state_dict(state))
-        ['base/nu/w', 'base/schedule_count/w', 'count/w', 'max_lr/w', 'weight_sum/w', 'z/w']
+        ['base/nu/w', 'base/schedule_count/w', 'base/scheduled/learning_rate', 'count/w',
+         'max_lr/w', 'weight_sum/w', 'z/w']
 
     References:
         Defazio et al., "The Road Less Scheduled", NeurIPS 2024 (arXiv:2405.15682),

@@ -49,8 +49,10 @@ def stats(state: Any) -> dict[str, jax.Array]:
     `grad/norm/enc/w`, ...) and those that transformations keep anyway: the pre-clip norm of
     `clip_by_global_norm` and whether it clipped, the skipped-step counts of `apply_if_finite`
     (`notfinite_count`, consecutive; `total_notfinite`) and whether its last step was finite,
-    and the hyperparameters of `inject_hyperparams` as used at the last step (a scheduled
-    learning rate's current value). Keys are the same as `state_dict`'s: the names of the
+    the hyperparameters of `inject_hyperparams` as used at the last step (a scheduled
+    learning rate's current value), and the value a plain schedule gave the last step
+    (`scheduled/learning_rate` for `adamw(schedule)`, `scheduled/step_size` for
+    `scale_by_schedule`). Keys are the same as `state_dict`'s: the names of the
     enclosing steps and groups, then the statistic (`encoder/grad/global_norm` for a monitor
     named `grad` in a `partition` group `encoder`).
 

@@ -12,6 +12,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import Module, as_float, hyperparam, static
+from gradtx._core.statistics import Statistics
 
 __all__ = [
     "identity",
@@ -79,39 +80,84 @@ def _count_slot(param: Any) -> dict[str, Any]:
     return {"schedule_count": jnp.zeros((), jnp.int32)}
 
 
-class ScaleBySchedule(ElementwiseTransform):
+class RecordsScheduledValue(ElementwiseTransform):
+    """A scheduled factor that also keeps its value at the last step, for `gradtx.stats`.
+
+    With a schedule, the state holds the per-path `schedule_count` slot and `scheduled`, a
+    `Statistics` with the schedule's value at the last step of the paths that have taken the
+    most steps (all paths, unless updates were partial); before the first step, the value at
+    step 0. `gradtx.stats` reads it as `scheduled/learning_rate`.
+    """
+
+    recorded: ClassVar[str]  # the statistic's name
+    schedule_field: ClassVar[str]  # the field holding the schedule
+
+    def _schedule(self) -> Any:
+        return getattr(self, self.schedule_field)
+
+    def slot_keys(self) -> tuple[str, ...]:
+        """`schedule_count` when scheduled."""
+        return ("schedule_count",) if _is_schedule(self._schedule()) else ()
+
+    def state_keys(self) -> tuple[str, ...]:
+        """`schedule_count` and `scheduled` when scheduled, else nothing."""
+        return self.slot_keys() + (("scheduled",) if self.slot_keys() else ())
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """A zero step count when scheduled."""
+        return _count_slot(param) if self.slot_keys() else {}
+
+    def init(self, params: Any) -> dict:
+        """The count slots, and the schedule's value at step 0."""
+        state = super().init(params)
+        if not self.slot_keys():
+            return state
+        zero = jnp.zeros((), jnp.int32)
+        return {**state, "scheduled": Statistics({self.recorded: self._value_at(zero)})}
+
+    def _value_at(self, step: Any) -> Any:
+        return jnp.asarray(hyperparam_at(self._schedule(), step), jnp.float32)
+
+    def update(
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
+        """The scaled updates; the value is recorded from the counts just advanced."""
+        self.check_state(state)
+        if not self.slot_keys():
+            return self.transform_slots(updates, state, params)
+        slots = {"schedule_count": state["schedule_count"]}
+        new_updates, new = self.transform_slots(updates, slots, params)
+        counts = jax.tree.leaves(new["schedule_count"])
+        recorded = state["scheduled"]
+        if counts:  # the most advanced paths' last step (one count while all step together)
+            last = counts[0] if len(counts) == 1 else jnp.max(jnp.stack(counts))
+            recorded = Statistics({self.recorded: self._value_at(last - 1)})
+        return new_updates, {**new, "scheduled": recorded}
+
+
+class ScaleBySchedule(RecordsScheduledValue):
     """Multiplies updates by `schedule(count)`, one count per path (see `scale_by_schedule`)."""
+
+    recorded: ClassVar[str] = "step_size"
+    schedule_field: ClassVar[str] = "step_size_fn"
 
     name: ClassVar[str] = "scale_by_schedule"
     step_size_fn: Any = hyperparam()
-
-    def state_keys(self) -> tuple[str, ...]:
-        """`schedule_count`: how many updates each path has received."""
-        return ("schedule_count",)
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """A zero step count."""
-        return _count_slot(param)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = schedule(count) * g`, then `count += 1`."""
         return _scheduled_leaf(self.step_size_fn, 1.0, g, slots)
 
 
-class ScaleByLearningRate(ElementwiseTransform):
+class ScaleByLearningRate(RecordsScheduledValue):
     """`-learning_rate * g`, the learning rate a constant or a schedule."""
+
+    recorded: ClassVar[str] = "learning_rate"
+    schedule_field: ClassVar[str] = "learning_rate"
 
     name: ClassVar[str] = "scale_by_learning_rate"
     learning_rate: Any = hyperparam()
     flip_sign: bool = static(True)
-
-    def state_keys(self) -> tuple[str, ...]:
-        """`schedule_count` when the learning rate is a schedule, else nothing."""
-        return ("schedule_count",) if _is_schedule(self.learning_rate) else ()
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """A zero step count when the learning rate is a schedule."""
-        return _count_slot(param) if self.state_keys() else {}
 
     def update(
         self, updates: Any, state: dict, params: Any = None, **extra: Any

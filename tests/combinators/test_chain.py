@@ -107,7 +107,7 @@ def test_optimizers_are_flat_chains():
     assert list(adam.init(_params())) == ["mu", "nu", "count"]
     adamw = gradtx.adamw(gradtx.schedules.constant(0.1))
     assert adamw.names == ("scale_by_adam", "add_decayed_weights", "scale_by_learning_rate")
-    assert list(adamw.init(_params())) == ["mu", "nu", "count", "schedule_count"]
+    assert list(adamw.init(_params())) == ["mu", "nu", "count", "schedule_count", "scheduled"]
     assert list(gradtx.sgd(0.1).init(_params())) == []
     assert list(gradtx.sgd(0.1, momentum=0.9).init(_params())) == ["trace"]
 

@@ -86,6 +86,14 @@ COMBINATORS: dict[str, tuple[Callable[[Build], Build], Callable[[Any], Any]]] = 
         lambda b: lambda lr: gradtx.chain(gradtx.clip_by_global_norm(1.0), b(lr)),
         lambda r: rc.ClipChain(r, 1.0),
     ),
+    "schedule_free": (
+        lambda b: lambda lr: gradtx.schedule_free(b(lr), lr, b1=0.9),
+        lambda r: rc.ScheduleFree(r, 0.1, 0.9),
+    ),
+    "ema_params": (
+        lambda b: lambda lr: gradtx.ema_params(b(lr), decay=0.5),
+        lambda r: rc.EmaParams(r, 0.5),
+    ),
 }
 
 BASES = {

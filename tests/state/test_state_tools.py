@@ -59,6 +59,7 @@ def test_state_dict_keys_of_chain_with_adamw():
     flat = gradtx.state_dict(tx.init(params))
     expected = {"clip_by_global_norm/global_norm", "clip_by_global_norm/clipped"}
     expected |= {f"adamw/{slot}/{path}" for slot in SLOTS for path in _paths()}
+    expected.add("adamw/scheduled/learning_rate")  # the schedule's value, for `stats`
     assert set(flat) == expected
     assert "adamw/mu/enc/layers/0/w" in flat
     assert "adamw/schedule_count/head/w" in flat

@@ -88,6 +88,31 @@ def test_stats_runs_inside_jit_and_gives_the_same_values():
         np.testing.assert_array_equal(eager[key], jitted[key], err_msg=key)
 
 
+def test_a_plain_schedule_reports_the_rate_of_the_last_step():
+    # No inject_hyperparams: the schedule given to adamw is recorded as it is used.
+    tx = gradtx.adamw(gradtx.schedules.linear(0.1, 0.0, 10), weight_decay=0.01)
+    state = tx.init(PARAMS)
+    assert float(gradtx.stats(state)["scheduled/learning_rate"]) == pytest.approx(0.1)
+    step = jax.jit(tx.update)
+    for _ in range(4):
+        _, state = step(_grads(), state, PARAMS)
+    assert float(gradtx.stats(state)["scheduled/learning_rate"]) == pytest.approx(0.07)
+    # A partial update: the paths that have taken the most steps give the reading.
+    partial = {"enc": {"w": jnp.ones((2, 2)), "b": None}, "head": {"w": None}}
+    _, state = tx.update(partial, state, PARAMS)
+    assert int(state["schedule_count"]["enc/w"]) == 5
+    assert int(state["schedule_count"]["head/w"]) == 4
+    assert float(gradtx.stats(state)["scheduled/learning_rate"]) == pytest.approx(0.06)
+
+
+def test_scale_by_schedule_reports_its_step_size():
+    tx = gradtx.chain(gradtx.scale_by_schedule(lambda count: 2 * count), gradtx.sgd(1.0))
+    state = tx.init(PARAMS)
+    for _ in range(3):
+        _, state = tx.update(_grads(), state, PARAMS)
+    assert float(gradtx.stats(state)["scale_by_schedule/scheduled/step_size"]) == 4.0
+
+
 def test_a_state_without_statistics_gives_an_empty_dict():
     tx = gradtx.adam(1e-3)
     assert gradtx.stats(tx.init(PARAMS)) == {}
