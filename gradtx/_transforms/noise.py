@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype
@@ -17,9 +18,16 @@ __all__ = ["add_noise"]
 
 
 def _raw_key(value: Any, name: str) -> Any:
-    """An int seed or a PRNG key (typed or raw) -> a raw uint32 key array."""
+    """An int seed or a PRNG key (typed or raw) -> a raw uint32 key.
+
+    An int seed gives its key's words as a tuple of NumPy uint32 scalars: leaves that JAX
+    traces, and that Flax NNX, which holds the transformation as static structure, does not
+    count as data. A key given as a JAX array stays one (it is data).
+    """
     if isinstance(value, int) and not isinstance(value, bool):
-        return jax.random.key_data(jax.random.key(value))
+        with jax.ensure_compile_time_eval():  # concrete, also when built inside a trace
+            words = np.asarray(jax.random.key_data(jax.random.key(value)))
+        return tuple(np.uint32(w) for w in words)
     array = jnp.asarray(value) if not isinstance(value, jax.Array) else value
     if jnp.issubdtype(array.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(array)
@@ -55,7 +63,7 @@ class AddNoise(ElementwiseTransform):
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """Count 0 and the seed's key (`init` then folds in the path)."""
-        return {"count": jnp.zeros((), jnp.int32), "rng_key": self.seed}
+        return {"count": jnp.zeros((), jnp.int32), "rng_key": jnp.asarray(self.seed, jnp.uint32)}
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = g + sqrt(eta / (t + 1)^gamma) * normal(key)`, with a fresh split of the key."""

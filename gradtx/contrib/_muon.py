@@ -17,7 +17,7 @@ from gradtx._core.lift import (
     update_slots,
     zeros_for,
 )
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import as_float, as_floats, field, hyperparam, static
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -59,6 +59,20 @@ def _ns_coeffs(value: Any) -> Any:
             f"`ns_coeffs` must be a triple (a, b, c) or a tuple of triples, got shape {shape}"
         )
     return value
+
+
+def _coeff_leaves(value: Any, name: str = "ns_coeffs") -> Any:
+    """The coefficients as float32 leaves; JAX arrays stay arrays.
+
+    Given as numbers, they become NumPy scalars in tuples, so that Flax NNX can hold the
+    transformation as static structure.
+    """
+    if isinstance(value, (jax.Array, jax.core.Tracer)):
+        return as_float(value, name)
+    rows = np.asarray(value)
+    if rows.ndim == 2:
+        return tuple(as_floats(row, f"{name}[{i}]") for i, row in enumerate(rows))
+    return as_floats(value, name)
 
 
 def orthogonalize_via_newton_schulz(
@@ -148,7 +162,7 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
 
     name: ClassVar[str] = "scale_by_muon"
     per_leaf_structure: ClassVar[bool] = True
-    ns_coeffs: Any = hyperparam(DEFAULT_NS_COEFFS)
+    ns_coeffs: Any = field(default=DEFAULT_NS_COEFFS, converter=_coeff_leaves)
     ns_steps: int = static(5)
     beta: Any = hyperparam(0.95)
     eps: Any = hyperparam(1e-8)
@@ -250,7 +264,7 @@ class Muon(_MuonMath, ElementwiseTransform):
     needs_params: ClassVar[bool] = True
     per_leaf_structure: ClassVar[bool] = True
     learning_rate: Any = hyperparam()
-    ns_coeffs: Any = hyperparam(DEFAULT_NS_COEFFS)
+    ns_coeffs: Any = field(default=DEFAULT_NS_COEFFS, converter=_coeff_leaves)
     ns_steps: int = static(5)
     beta: Any = hyperparam(0.95)
     eps: Any = hyperparam(1e-8)

@@ -352,13 +352,31 @@ def test_schedules_made_of_pieces_go_in_directly(schedule, reference):
 
 
 @pytest.mark.parametrize(
-    "factory", [gradtx.noisy_sgd, gradtx.contrib.muon], ids=["noisy_sgd", "contrib.muon"]
+    "make",
+    [
+        lambda: gradtx.noisy_sgd(0.01, seed=3),
+        lambda: gradtx.add_noise(0.01, 0.55, seed=1),
+        lambda: gradtx.contrib.muon(0.01),
+        lambda: gradtx.contrib.muon(0.01, ns_coeffs="dion"),
+    ],
+    ids=["noisy_sgd", "add_noise", "contrib.muon", "contrib.muon-dion"],
 )
-def test_inject_hyperparams_keeps_array_arguments_out_of_the_static_tx(factory):
-    # noisy_sgd's PRNG key and muon's Newton-Schulz coefficients are arrays; inject_hyperparams
-    # keeps those arguments static and builds the transformation inside the step.
-    assert not _no_data(factory(learning_rate=0.1))
-    tx = gradtx.inject_hyperparams(factory)(learning_rate=0.01)
+def test_an_int_seed_and_newton_schulz_coefficients_are_static(make):
+    # An int seed's key words and muon's coefficients are tuples of NumPy scalars.
+    tx = make()
+    assert _no_data(tx)
+    _, _, losses = _train(tx, steps=3)
+    assert np.all(np.isfinite(losses))
+    # The same run with the transformation built inside the step: the same losses.
+    _, _, plain = _train(gradtx.inject_hyperparams(lambda: make())(), steps=3)
+    np.testing.assert_allclose(losses, plain, rtol=RTOL, atol=ATOL)
+
+
+def test_a_key_given_as_a_jax_array_is_data():
+    # A typed or raw JAX key is data (NNX refuses it as static); inject_hyperparams keeps
+    # the factory's arguments static and builds the transformation inside the step.
+    assert not _no_data(gradtx.noisy_sgd(0.01, seed=jax.random.key(3)))
+    tx = gradtx.inject_hyperparams(gradtx.noisy_sgd)(learning_rate=0.01)
     assert _no_data(tx)
     _, _, losses = _train(tx, steps=3)
     assert np.all(np.isfinite(losses))
