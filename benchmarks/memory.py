@@ -17,6 +17,7 @@ grow.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -26,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 import gradtx
 
@@ -66,7 +68,12 @@ def _step(tx: Any) -> Callable:
 def peak_row(name: str, tx: Any, params: Any, donate: tuple[int, ...] = (0, 1)) -> dict:
     """XLA's memory analysis of the step compiled with `donate`, against params+grads+state."""
     state = jax.eval_shape(tx.init, params)
-    compiled = jax.jit(_step(tx), donate_argnums=donate).lower(params, state, params).compile()
+    return {"optimizer": name, **peak_of(_step(tx), params, state, donate)}
+
+
+def peak_of(step: Callable, params: Any, state: Any, donate: tuple[int, ...]) -> dict:
+    """The figures of `peak_row` for any step `(params, state, grads) -> (params, state)`."""
+    compiled = jax.jit(step, donate_argnums=donate).lower(params, state, params).compile()
     m = compiled.memory_analysis()
     peak = (
         m.argument_size_in_bytes
@@ -76,7 +83,6 @@ def peak_row(name: str, tx: Any, params: Any, donate: tuple[int, ...] = (0, 1)) 
     )
     held = 2 * _bytes(params) + _bytes(state)  # params, grads (shaped like params), state
     return {
-        "optimizer": name,
         "donate": list(donate),
         "params_mb": _bytes(params) / MB,
         "state_mb": _bytes(state) / MB,
@@ -88,6 +94,55 @@ def peak_row(name: str, tx: Any, params: Any, donate: tuple[int, ...] = (0, 1)) 
         "peak_mb": peak / MB,
         "peak_over_held": peak / held,
     }
+
+
+def _plain_adam(g: Any, mu: Any, nu: Any, count: Any) -> tuple[Any, Any, Any]:
+    """Adam in plain JAX (lr 1e-3), the inner step of the accumulation floors below."""
+    mu = jax.tree.map(lambda m, x: 0.9 * m + 0.1 * x, mu, g)
+    nu = jax.tree.map(lambda v, x: 0.999 * v + 0.001 * x * x, nu, g)
+    t = (count + 1).astype(jnp.float32)
+    c1, c2 = 1 - 0.9**t, 1 - 0.999**t
+    u = jax.tree.map(lambda m, v: -1e-3 * (m / c1) / (jnp.sqrt(v / c2) + 1e-8), mu, nu)
+    return u, mu, nu
+
+
+def accumulation_floor_rows(params: Any, every: int = 4) -> list[dict]:
+    """Gradient accumulation written in plain JAX: the floor of `accumulate(adam, every)`.
+
+    The inner step runs under `lax.cond` every `every`-th call. Returning the updates (the
+    `update` / `apply_updates` split every transformation has) and applying them inside the
+    conditional are both measured: the first is the floor for a transformation.
+    """
+    zeros = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
+    count = jax.ShapeDtypeStruct((), jnp.int32)
+    state = {"acc": zeros, "mu": zeros, "nu": zeros, "count": count, "micro": count}
+
+    def run(params: Any, state: dict, grads: Any, apply_inside: bool) -> tuple[Any, dict]:
+        acc = jax.tree.map(jnp.add, state["acc"], grads)
+        micro = state["micro"] + 1
+        fire = micro >= every
+
+        def step(params, acc, mu, nu):
+            mean = jax.tree.map(lambda a: a / every, acc)
+            u, mu, nu = _plain_adam(mean, mu, nu, state["count"])
+            out = jax.tree.map(jnp.add, params, u) if apply_inside else u
+            return out, jax.tree.map(jnp.zeros_like, acc), mu, nu
+
+        def wait(params, acc, mu, nu):
+            return (params if apply_inside else jax.tree.map(jnp.zeros_like, acc)), acc, mu, nu
+
+        out, acc, mu, nu = lax.cond(fire, step, wait, params, acc, state["mu"], state["nu"])
+        new_params = out if apply_inside else jax.tree.map(jnp.add, params, out)
+        count = state["count"] + fire.astype(jnp.int32)
+        micro = jnp.where(fire, 0, micro)
+        return new_params, {"acc": acc, "mu": mu, "nu": nu, "count": count, "micro": micro}
+
+    rows = []
+    for name, inside in (("updates returned", False), ("applied inside the cond", True)):
+        step = functools.partial(run, apply_inside=inside)
+        row = peak_of(step, params, state, (0, 1))
+        rows.append({"optimizer": f"plain JAX accumulate(adam), {name}", **row})
+    return rows
 
 
 def monitored_donation_rows(params: Any) -> list[dict]:
@@ -188,11 +243,12 @@ def main(argv: list[str] | None = None) -> int:
 
     params = _params(n)
     peaks = [peak_row(name, make(), params) for name, make in OPTIMIZERS.items()]
+    peaks += accumulation_floor_rows(params)
     peaks += monitored_donation_rows(params)
     print(f"compiled step peaks, {_bytes(params) / 4 / 1e6:.1f}M float32 params:")
     for r in peaks:
         print(
-            f"  {r['optimizer']:<34} donate {str(tuple(r['donate'])):<10} peak "
+            f"  {r['optimizer']:<52} donate {str(tuple(r['donate'])):<10} peak "
             f"{r['peak_mb']:8.1f} MB  params+grads+state {r['held_mb']:8.1f} MB  "
             f"ratio {r['peak_over_held']:.3f}  (temp {r['temp_mb']:.1f} MB)"
         )
