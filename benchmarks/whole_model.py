@@ -136,10 +136,11 @@ def run_workload(
     # costs (imports, lowering rules) that would otherwise count against the first variant.
     jax.jit(w.loss).lower(w.params, w.batch).compile()
     built = []
-    for build in builders.values():
+    for name, build in builders.items():
         if fresh:  # each variant traces and compiles from scratch, as in a fresh process
             jax.clear_caches()
         built.append(_compile(*build()))
+        print(f"  compiled {name} in {built[-1][1]:.1f} s", flush=True)  # long on many leaves
     compiled = [c for c, _, _ in built]
     times, losses = _time_rounds(compiled, [a for _, _, a in built], reps, rounds)
     rows = []

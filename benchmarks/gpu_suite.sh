@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The accelerator measurements of the performance page, in one run of about nine minutes.
+#
+#   OUT=benchmarks/results/gpu bash benchmarks/gpu_suite.sh [seconds]
+#   SMOKE=1 OUT=/tmp/gpu bash benchmarks/gpu_suite.sh      # tiny sizes, to check the script
+#
+# Runs from the repository root with the checkout on PYTHONPATH (jax with CUDA, optax, flax,
+# equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
+# a part that would start with too little of the budget (default 540 s) left is skipped. Every
+# part writes its JSON and log under $OUT as it finishes.
+set -u
+OUT=${OUT:-benchmarks/results/gpu}
+BUDGET=${1:-540}
+PY=${PYTHON:-python}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+START=$(date +%s)
+S=${SMOKE:+--smoke}
+LEAVES=${SMOKE:+20}
+
+# part NAME LIMIT MIN_LEFT CMD...: run CMD under `timeout LIMIT` if MIN_LEFT seconds remain.
+part() {
+  local name=$1 limit=$2 need=$3
+  shift 3
+  local left=$((BUDGET - ($(date +%s) - START)))
+  if ((left < need)); then
+    echo "== $name: skipped ($left s left)" | tee -a "$OUT/summary.txt"
+    return
+  fi
+  ((limit > left)) && limit=$left
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc $rc in $(($(date +%s) - t0)) s" | tee -a "$OUT/summary.txt"
+  tail -n 40 "$OUT/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/device.txt" 2>&1
+$PY -c 'import jax, optax; print("jax", jax.__version__, "optax", optax.__version__, jax.devices())' \
+  >>"$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+
+# Where the step's time goes: kernels per step, default flags, then command buffers (CUDA
+# graphs) for every fusion, then none.
+part kernels 90 40 $PY -m benchmarks.kernels $S --out "$OUT/kernels.json"
+part kernels_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1" \
+  $PY -m benchmarks.kernels $S --out "$OUT/kernels_graphs.json"
+part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
+  $PY -m benchmarks.kernels $S --out "$OUT/kernels_no_graphs.json"
+# Whole training steps: the GPT-style model (Flax NNX).
+part whole_model_gpt 120 60 $PY -m benchmarks.whole_model --only gpt $S --out "$OUT/whole_model_gpt.json"
+# Compile time on 2000 leaves, per library (one sample each).
+part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
+# The NaN-payload promise on this device.
+part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
+  "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
+# The optimizer-step table (transformer-like tree), then the whole-model many-leaf case.
+part run_transformer 150 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
+part whole_model_mlp 150 60 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
+echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"
