@@ -35,6 +35,7 @@ from gradtx._state.eval_params import eval_params
 from gradtx._state.explain import explain
 from gradtx._state.from_optax import from_optax
 from gradtx._state.hyperparams import hyperparams, reset, set_hyperparams
+from gradtx._state.shardings import SlotLayout, slot_layouts, state_shardings
 from gradtx._state.state_dict import (
     LoadReport,
     StateMismatchError,
@@ -88,6 +89,7 @@ __all__ = [
     "LoadReport",
     "Packed",
     "RestoreReport",
+    "SlotLayout",
     "StateMismatchError",
     "Transformation",
     "accumulate",
@@ -191,7 +193,9 @@ __all__ = [
     "sgd",
     "sign_sgd",
     "signum",
+    "slot_layouts",
     "state_dict",
+    "state_shardings",
     "stats",
     "trace",
     "tree",

@@ -50,6 +50,10 @@ NON_TRANSFORMATIONS = frozenset(
         "save",
         "restore",
         "RestoreReport",
+        # Layouts of the state over devices (tests/test_sharding_*.py).
+        "state_shardings",
+        "slot_layouts",
+        "SlotLayout",
         # A layout, not an algorithm: test_contract checks bucketed(entry) against every entry.
         "bucketed",
     }

@@ -31,7 +31,7 @@ LEFTOVER_WORDS = ("misc", "more", "util", "helper", "other", "extra", "common")
 
 # Every public name, sorted: moving a module must not add, drop or rename any of them.
 PUBLIC_NAMES = """
-gradtx.LoadReport gradtx.Packed gradtx.RestoreReport gradtx.StateMismatchError
+gradtx.LoadReport gradtx.Packed gradtx.RestoreReport gradtx.SlotLayout gradtx.StateMismatchError
 gradtx.Transformation
 gradtx.accumulate gradtx.adabelief gradtx.adadelta gradtx.adafactor gradtx.adagrad gradtx.adam
 gradtx.adamax gradtx.adamaxw gradtx.adamw gradtx.adan gradtx.adaptive_grad_clip
@@ -70,7 +70,8 @@ gradtx.schedules.linear_onecycle gradtx.schedules.piecewise_constant
 gradtx.schedules.piecewise_interpolate gradtx.schedules.polynomial gradtx.schedules.sgdr
 gradtx.schedules.warmup_constant gradtx.schedules.warmup_cosine_decay
 gradtx.schedules.warmup_exponential_decay gradtx.selective_transform gradtx.set_hyperparams
-gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.state_dict gradtx.stats
+gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.slot_layouts gradtx.state_dict
+gradtx.state_shardings gradtx.stats
 gradtx.trace
 gradtx.trainable gradtx.tree gradtx.tree.add gradtx.tree.add_scale gradtx.tree.allclose
 gradtx.tree.cast gradtx.tree.cast_like gradtx.tree.clip gradtx.tree.div gradtx.tree.full_like

@@ -7,6 +7,11 @@ runs `tx`'s math once per buffer, and hands each leaf its slice of the result at
 held in the state. Offsets kept as runtime values (one int32 scalar per leaf) let XLA share
 one slicing kernel among all leaves of a shape; baked in as constants every slice would be
 a kernel of its own (measured by `benchmarks/layouts.py`, quoted on the performance page).
+
+Sharded leaves are never joined with others: each keeps a buffer of its own, in its shape
+and sharding. Which leaves those are is decided once, at `init`, and kept in the state's
+static structure (`BucketOffsets.sharded`), so every `update` packs the same way even under
+`jit` with automatic mesh axes, where tracers do not show their sharding.
 """
 
 from __future__ import annotations
@@ -18,7 +23,16 @@ import jax.numpy as jnp
 
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
-from gradtx._layouts.packed import LARGE_LEAF, Packed, check_own_buffer_from, pack
+from gradtx._layouts.packed import (
+    LARGE_LEAF,
+    Packed,
+    buffer_names,
+    check_own_buffer_from,
+    pack_apart,
+    plan_layout,
+    sharded_leaves,
+    spec_text,
+)
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["Bucketed", "bucketed"]
@@ -29,19 +43,24 @@ OFFSETS = "bucket_offsets"
 class BucketOffsets:
     """Each leaf's offset in its bucket, one int32 scalar per path (runtime values).
 
-    It is a unit holding no per-path state, so `state_dict` and checkpoints do not see it:
-    the layout is rebuilt by `init` from the params.
+    Its static part is the bucketed paths and the sharded ones among them (`sharded`), which
+    keep a bucket of their own: `init` saw their shardings, and `update`, which may not (a
+    tracer under automatic mesh axes shows none), packs as `init` did. It is a unit holding
+    no per-path state, so `state_dict` and checkpoints do not see it: the layout is rebuilt
+    by `init` from the params.
     """
 
-    __slots__ = ("paths_", "values")
+    __slots__ = ("paths_", "sharded", "values")
     __gradtx_unit__ = True
 
-    def __init__(self, paths: tuple[str, ...], values: tuple) -> None:
+    def __init__(self, paths: tuple[str, ...], values: tuple, sharded: tuple[str, ...] = ()):
         self.paths_ = paths
         self.values = tuple(values)
+        self.sharded = sharded
 
     def __repr__(self) -> str:
-        return f"BucketOffsets({len(self.paths_)} leaves)"
+        apart = f", {len(self.sharded)} sharded" if self.sharded else ""
+        return f"BucketOffsets({len(self.paths_)} leaves{apart})"
 
     def paths(self, prefix: str = "") -> list[str]:
         """No per-path state lives here."""
@@ -54,19 +73,45 @@ class BucketOffsets:
 
 jax.tree_util.register_pytree_node(
     BucketOffsets,
-    lambda o: (o.values, o.paths_),
-    lambda paths, values: BucketOffsets(paths, tuple(values)),
+    lambda o: (o.values, (o.paths_, o.sharded)),
+    lambda aux, values: BucketOffsets(aux[0], tuple(values), aux[1]),
 )
 
 
-def _pack(tree: Any, owner: str, what: str, own_buffer_from: int | None) -> Packed:
+def _check_unpacked(tree: Any, owner: str, what: str) -> None:
     for path, leaf in zip(*flatten(tree)[:2]):
         if is_unit(leaf):
             raise TypeError(
                 f"{owner}: the {what} at path {path!r} are already packed (gradtx.pack); use "
                 "the transformation itself on packed params."
             )
-    return pack(tree, own_buffer_from=own_buffer_from)
+
+
+def _pack(tree: Any, owner: str, what: str, own_buffer_from: int | None, apart: tuple) -> Packed:
+    """`tree` packed, the sharded paths `apart` each in a buffer of its own."""
+    _check_unpacked(tree, owner, what)
+    return pack_apart(tree, own_buffer_from=own_buffer_from, apart=apart)
+
+
+def _check_seen(owner: str, offsets: BucketOffsets, updates: Any) -> None:
+    """Refuse gradients sharded where `init` saw no sharding: they would be joined to others.
+
+    `update` runs traced (eager calls too, see `eager_dispatch`), and a tracer shows its
+    sharding only under explicit mesh axes: under automatic ones this finds nothing.
+    """
+    unseen = {
+        path: sharding
+        for path, sharding in sharded_leaves(updates).items()
+        if path not in offsets.sharded and path in offsets.paths_
+    }
+    if unseen:
+        listed = ", ".join(f"{p!r} ({spec_text(s)})" for p, s in list(unseen.items())[:4])
+        raise ValueError(
+            f"{owner}: the gradients at {listed} are sharded, but `init` did not see their "
+            "params sharded, so the state joins them with other leaves. Make the state where "
+            "the shardings show: `tx.init` outside `jax.jit` on the sharded params (or on "
+            "`jax.ShapeDtypeStruct`s with shardings), or under explicit mesh axes."
+        )
 
 
 def _merges(state: Any) -> bool:
@@ -90,27 +135,52 @@ class Bucketed(Transformation):
         return self.inner.frozen_paths(params)
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
-        """The inner transformation's description (bucketing changes no hyperparameter)."""
-        return self.inner.describe(params, step)
+        """The inner transformation's description, each path's bucket first.
+
+        The bucket is a step without hyperparameters named `bucket float32` (shared with the
+        other small leaves of its dtype), `own bucket float32#1 (large)` (at least
+        `own_buffer_from` elements) or `own bucket float32#2 (sharded P('x'))` (split over
+        devices: never joined with other leaves). Buffers are named as in `Packed`'s repr.
+        """
+        _check_unpacked(params, self.name, "params")
+        sharded = sharded_leaves(params)
+        layout, _ = plan_layout(params, own_buffer_from=self.own_buffer_from, apart=sharded)
+        names = buffer_names(layout.groups)
+        large = self.own_buffer_from
+        out = dict(self.inner.describe(params, step))
+        for spec in layout.specs:
+            name = names[spec.group]
+            if spec.path in sharded:
+                note = f"own bucket {name} (sharded {spec_text(sharded[spec.path])})"
+            elif large is not None and spec.size >= large:
+                note = f"own bucket {name} (large)"
+            else:
+                note = f"bucket {name}"
+            out[spec.path] = [(note, {}), *out.get(spec.path, [])]
+        return out
 
     def eval_params(self, state: dict, params: Any) -> Any:
         """The inner's eval weights, computed on the packed params and handed back as a tree."""
         check_state_keys(self.name, state, self.state_keys())
         merged = set(state) != {"inner", OFFSETS}
         inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
-        packed = _pack(params, self.name, "params", self.own_buffer_from)
+        offsets = state[OFFSETS]
+        packed = _pack(params, self.name, "params", self.own_buffer_from, offsets.sharded)
         result = self.inner.eval_params(inner, packed)
         if result is packed:  # the params themselves: no copy through the buffers
             return params
-        return result.unpack(state[OFFSETS].values)
+        return result.unpack(offsets.values)
 
     def init(self, params: Any) -> dict:
-        """The inner state for the packed params, and each leaf's offset."""
-        packed = _pack(params, self.name, "params", self.own_buffer_from)
+        """The inner state for the packed params, each leaf's offset, and the sharded paths."""
+        # Decided here, once: `update` may run where shardings do not show (see `bucketed`).
+        sharded = tuple(sharded_leaves(params))
+        packed = _pack(params, self.name, "params", self.own_buffer_from, sharded)
         state = self.inner.init(packed)
         offsets = BucketOffsets(
             tuple(s.path for s in packed.layout.specs),
             tuple(jnp.asarray(s.offset, jnp.int32) for s in packed.layout.specs),
+            sharded,
         )
         if _merges(state):
             return {**state, OFFSETS: offsets}
@@ -128,7 +198,8 @@ class Bucketed(Transformation):
                 "state advances every leaf of a buffer together, so partial updates need the "
                 "per-leaf layout: use the transformation without `bucketed`."
             )
-        packed = _pack(updates, self.name, "updates", self.own_buffer_from)
+        _check_seen(self.name, offsets, updates)
+        packed = _pack(updates, self.name, "updates", self.own_buffer_from, offsets.sharded)
         if tuple(s.path for s in packed.layout.specs) != offsets.paths_:
             extra_paths = sorted(set(s.path for s in packed.layout.specs) - set(offsets.paths_))
             raise KeyError(
@@ -137,9 +208,11 @@ class Bucketed(Transformation):
                 "changing the params."
             )
         # Unused packed params are removed by XLA (everything here runs under jit).
-        packed_params = (
-            None if params is None else _pack(params, self.name, "params", self.own_buffer_from)
-        )
+        packed_params = None
+        if params is not None:
+            packed_params = _pack(
+                params, self.name, "params", self.own_buffer_from, offsets.sharded
+            )
         merged = set(state) != {"inner", OFFSETS}
         inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
         new_packed, new_inner = self.inner.update(packed, inner, packed_params, **extra)
@@ -172,6 +245,23 @@ def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:
     between the bucketed and the per-leaf layout (loading into bucketed state needs the
     per-path step counts of a buffer to agree); any other state is kept under `inner`.
 
+    Sharded params: a leaf split over devices (its sharding known and not fully replicated)
+    is never joined with other leaves, which would make XLA reshard it (all-gather,
+    all-to-all) every step. It keeps a bucket of its own, which is the leaf in its own shape
+    and sharding, so its state is what `tx` keeps for it on the tree (with a step count of
+    its own; results within an ulp of `tx`'s, as XLA may fuse the sharded step differently);
+    replicated and single-device leaves are bucketed as above. `gradtx.explain`
+    names each path's bucket. Which leaves are sharded is decided by `init` and kept in the
+    state's static structure, so `update` and `eval_params` pack the same way even under
+    `jax.jit` with automatic mesh axes, where tracers do not show their sharding. So `init`
+    must see the shardings: call it outside `jit` on the sharded arrays, or on
+    `jax.ShapeDtypeStruct`s with their shardings (each state buffer is then made directly
+    with its sharding), or under `jit` with explicit mesh axes. Under `jax.jit(tx.init)`
+    with automatic axes the tracers show no sharding, so every leaf counts as unsharded and
+    sharded ones are joined with the others; `out_shardings` cannot undo that (the layout is
+    fixed while tracing), and neither can `jax.eval_shape(tx.init, ...)`. Gradients that
+    show a sharding `init` did not see (explicit axes) are an error naming the paths.
+
     Args:
         tx: the transformation whose state to bucket (optax ones are wrapped).
         own_buffer_from: leaves with at least this many elements get a buffer (and, for
@@ -189,6 +279,11 @@ def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:
                [-0.1, -0.1]], dtype=float32)
         >>> sorted(gradtx.state_dict(state))[:3]
         ['count/a', 'count/b', 'mu/a']
-    """
+        >>> print(gradtx.explain(tx, params))  # doctest: +NORMALIZE_WHITESPACE
+        step 0
+        path  steps                                                     lr   wd  b1   b2     frozen  state
+        a     bucket float32 > scale_by_adam > scale_by_learning_rate   0.1  0   0.9  0.999          count:i32 mu:f32 nu:f32
+        b     bucket float32 > scale_by_adam > scale_by_learning_rate   0.1  0   0.9  0.999          count:i32 mu:f32 nu:f32
+    """  # noqa: E501
     check_own_buffer_from(own_buffer_from, "bucketed")
     return Bucketed(tx, own_buffer_from)

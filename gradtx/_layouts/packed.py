@@ -9,26 +9,45 @@ handful of kernels over the buffers.
 Paths stay the identity: the lifting helper, selectors, `apply_updates`, `global_norm`,
 `state_dict` and `load_state_dict` see a `Packed` as the leaves it holds (`enc/w`, ...), so a
 checkpoint of a packed model restores into the unpacked one and back.
+
+Leaves split over devices (sharded) are never packed by `pack`: joined with other leaves into
+one buffer they would be resharded (all-gathered) at every step. `bucketed` packs the others
+and keeps each sharded leaf in a buffer of its own, in its shape and sharding (`pack_apart`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["LARGE_LEAF", "Layout", "Packed", "join_leaves", "join_path", "pack", "slice_leaf"]
+__all__ = [
+    "LARGE_LEAF",
+    "Layout",
+    "Packed",
+    "join_leaves",
+    "join_path",
+    "pack",
+    "pack_apart",
+    "plan_layout",
+    "sharded_leaves",
+    "slice_leaf",
+    "spec_text",
+]
 
 # Leaves of at least this many elements are not worth copying into a shared buffer: at 64Ki
 # float32 elements Adam's step on a leaf moves about 1.8 MB, some 40 us at this machine's
@@ -261,7 +280,10 @@ class Packed:
             if np.ndim(buffer) == 0:
                 yield join_path(prefix, spec.path), buffer
             elif isinstance(buffer, jax.ShapeDtypeStruct):
-                yield join_path(prefix, spec.path), jax.ShapeDtypeStruct(spec.shape, buffer.dtype)
+                # A buffer of one leaf is that leaf, sharding included.
+                if buffer.shape != spec.shape:
+                    buffer = jax.ShapeDtypeStruct(spec.shape, buffer.dtype)
+                yield join_path(prefix, spec.path), buffer
             else:
                 yield join_path(prefix, spec.path), slice_leaf(buffer, spec)
 
@@ -331,6 +353,10 @@ def _as_1d(leaf: Any) -> Any:
 
 def join_leaves(leaves: list, shape: tuple[int, ...]) -> Any:
     """The buffer of `shape` that `leaves` tile, in order (the inverse of `slice_leaf`)."""
+    if len(leaves) == 1 and np.shape(leaves[0]) == tuple(shape):
+        # A buffer of one leaf is that leaf: viewed as 1-D and back, a sharded leaf would be
+        # gathered (and under explicit mesh axes the reshape is refused).
+        return leaves[0]
     return lax.reshape(concatenate([_as_1d(leaf) for leaf in leaves]), shape)
 
 
@@ -378,6 +404,14 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
     layout. Selectors, `state_dict` keys and checkpoints use the original paths, so a packed
     and an unpacked model share checkpoints.
 
+    Sharded params are refused (a `ValueError` naming each path and its `PartitionSpec`):
+    concatenated with other leaves, or flattened, a leaf split over devices would be
+    resharded by XLA (all-gather, all-to-all) at every step. A leaf counts as sharded when its
+    sharding is known and not fully replicated: a concrete array's, a `jax.ShapeDtypeStruct`'s
+    `sharding`, or a tracer's under explicit mesh axes. Keep sharded params unpacked and use
+    `gradtx.bucketed(tx)`, which buckets the optimizer's state and keeps sharded leaves apart.
+    Replicated and single-device leaves pack as usual.
+
     Args:
         params: a pytree of floating-point arrays (`None` leaves are kept as `None`).
         own_buffer_from: leaves with at least this many elements get a buffer of their own
@@ -400,6 +434,48 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
         Array([0., 0., 0., 1., 1., 1., 1., 1., 1.], dtype=float32)
     """
     check_own_buffer_from(own_buffer_from, "pack")
+    sharded = sharded_leaves(params)
+    if sharded:
+        listed = ", ".join(f"{path!r} ({spec_text(s)})" for path, s in list(sharded.items())[:6])
+        more = f" and {len(sharded) - 6} more" if len(sharded) > 6 else ""
+        raise ValueError(
+            f"pack: the params at {listed}{more} are sharded over devices; packed with other "
+            "leaves they would be resharded (all-gather / all-to-all) at every step. Keep "
+            "sharded params unpacked, and use `gradtx.bucketed(tx)` to bucket the optimizer "
+            "state: it keeps each sharded leaf in a buffer of its own."
+        )
+    return pack_apart(params, own_buffer_from=own_buffer_from)
+
+
+def pack_apart(
+    params: Any, *, own_buffer_from: int | None = None, apart: Collection[str] = ()
+) -> Packed:
+    """`pack`, with the leaves at the paths `apart` each in a buffer of its own.
+
+    Such a buffer is the leaf in its own shape (and sharding): `bucketed` keeps sharded
+    leaves there. No sharding check: the caller chose what goes apart.
+
+    Examples:
+        >>> packed = pack_apart({"a": jnp.ones(2), "b": jnp.ones(3)}, apart=("b",))
+        >>> packed
+        Packed(2 leaves in float32[2], float32#1[3])
+    """
+    layout, pieces = plan_layout(params, own_buffer_from=own_buffer_from, apart=apart)
+    buffers = tuple(_concat(parts, shape) for parts, shape in zip(pieces, layout.buffer_shapes))
+    return Packed(layout, buffers)
+
+
+def plan_layout(
+    params: Any, *, own_buffer_from: int | None = None, apart: Collection[str] = ()
+) -> tuple[Layout, list[list]]:
+    """The `Layout` `pack_apart` gives `params`, and each buffer's leaves (nothing copied).
+
+    Examples:
+        >>> layout, pieces = plan_layout({"a": jnp.ones(2), "b": jnp.ones(3)})
+        >>> layout.groups, [len(p) for p in pieces]
+        (('float32',), [2])
+    """
+    apart = frozenset(apart)
     paths, leaves, treedef = flatten(params)
     groups: list[str] = []
     pieces: list[list] = []
@@ -418,9 +494,11 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
                 "only floating-point arrays can be packed (keep the others outside the Packed)."
             )
         name = jnp.dtype(dtype).name
-        alone = own_buffer_from is not None and int(np.size(leaf)) >= own_buffer_from
+        alone = path in apart or (
+            own_buffer_from is not None and int(np.size(leaf)) >= own_buffer_from
+        )
         group = None if alone else shared.get(name)
-        if group is None:  # a large leaf, or the first small leaf of its dtype
+        if group is None:  # a leaf apart, or the first small leaf of its dtype
             group = len(groups)
             groups.append(name)
             pieces.append([])
@@ -432,8 +510,71 @@ def pack(params: Any, *, own_buffer_from: int | None = None) -> Packed:
         sizes[group] += spec.size
         pieces[group].append(leaf)
     layout = _interned(Layout(treedef, tuple(specs), tuple(groups), tuple(sizes)))
-    buffers = tuple(_concat(parts, shape) for parts, shape in zip(pieces, layout.buffer_shapes))
-    return Packed(layout, buffers)
+    return layout, pieces
+
+
+def split_sharding(leaf: Any) -> Any:
+    """The sharding that splits `leaf` over devices, or `None`.
+
+    `None` for a replicated or single-device leaf and where the sharding is unknown: a
+    tracer under automatic mesh axes (whose type shows no split), a NumPy array, a
+    `jax.ShapeDtypeStruct` without one.
+    """
+    if isinstance(leaf, jax.core.Tracer):
+        sharding = getattr(jax.typeof(leaf), "sharding", None)
+    else:
+        sharding = getattr(leaf, "sharding", None)
+    if sharding is None or getattr(sharding, "is_fully_replicated", True):
+        return None
+    return sharding
+
+
+# The params' shardings by path while `gradtx.state_shardings` traces `init` abstractly:
+# tracers under automatic mesh axes show no split, and the layout must be the eager one.
+_KNOWN_SHARDINGS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "known_shardings", default=None
+)
+
+
+@contextlib.contextmanager
+def known_shardings(by_path: dict[str, Any]) -> Iterator[None]:
+    """Let `sharded_leaves` read the shardings of traced leaves from `by_path`."""
+    token = _KNOWN_SHARDINGS.set(by_path)
+    try:
+        yield
+    finally:
+        _KNOWN_SHARDINGS.reset(token)
+
+
+def sharded_leaves(tree: Any) -> dict[str, Any]:
+    """`{path: sharding}` for the leaves of `tree` split over devices (see `split_sharding`).
+
+    Examples:
+        >>> sharded_leaves({"w": jnp.ones(3)})  # one device: nothing is split
+        {}
+    """
+    found = {}
+    known = _KNOWN_SHARDINGS.get() or {}
+    for path, leaf in zip(*flatten(tree)[:2]):
+        if leaf is not None and not is_unit(leaf):
+            sharding = split_sharding(leaf)
+            if sharding is None and isinstance(leaf, jax.core.Tracer) and path in known:
+                given = known[path]
+                sharding = None if getattr(given, "is_fully_replicated", True) else given
+            if sharding is not None:
+                found[path] = sharding
+    return found
+
+
+def spec_text(sharding: Any) -> str:
+    """A sharding as its `PartitionSpec`, trailing `None`s dropped: `P('x')`, `P(None, 'x')`."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return repr(sharding)
+    axes = list(spec)
+    while axes and axes[-1] is None:  # P("x") and P("x", None) are one layout
+        axes.pop()
+    return f"P({', '.join(map(repr, axes))})"
 
 
 def check_own_buffer_from(value: Any, owner: str) -> None:
@@ -448,10 +589,31 @@ def check_own_buffer_from(value: Any, owner: str) -> None:
 
 def _concat(parts: list, shape: tuple[int, ...]) -> Any:
     if all(isinstance(p, jax.ShapeDtypeStruct) for p in parts):
-        return jax.ShapeDtypeStruct(shape, parts[0].dtype)
+        sharding = _abstract_sharding(parts, shape)
+        return jax.ShapeDtypeStruct(shape, parts[0].dtype, sharding=sharding)
     if len(parts) == 1 and np.shape(parts[0]) == shape:
         return jnp.array(parts[0], copy=True)  # a buffer may be donated: never the input
     return join_leaves(parts, shape)
+
+
+def _abstract_sharding(parts: list, shape: tuple[int, ...]) -> Any:
+    """Where the buffer that abstract `parts` make lies, so `init` puts its state there too.
+
+    A buffer of one leaf keeps the leaf's sharding; a shared buffer is replicated over the
+    mesh its leaves are all replicated over, else left unplaced (`None`).
+    """
+    if len(parts) == 1 and parts[0].shape == shape:
+        return parts[0].sharding
+    meshes = set()
+    for part in parts:
+        sharding = part.sharding
+        if not isinstance(sharding, NamedSharding) or not sharding.is_fully_replicated:
+            return None
+        meshes.add((sharding.mesh, sharding.memory_kind))
+    if len(meshes) != 1:
+        return None
+    mesh, memory_kind = meshes.pop()
+    return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
 
 
 def concatenate(flat: list) -> Any:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from gradtx._core.protocol import as_transformation
 from gradtx._paths.subset import present_paths
 from gradtx._state.hyperparams import _param_path
+from gradtx._state.shardings import slot_layouts
 from gradtx._state.state_dict import state_dict
 
 __all__ = ["Explanation", "ExplainRow", "explain"]
@@ -34,6 +35,8 @@ class ExplainRow:
         frozen: True if the path is frozen.
         state_dtypes: `{state key without the path: dtype}` of its optimizer state.
         hyperparams: every hyperparameter of its steps, as `{step/name: value}`.
+        state_layout: with `explain(..., shard_over=axis)`, how its state is split over the
+            devices (see `gradtx.slot_layouts`); otherwise empty.
     """
 
     path: str
@@ -45,6 +48,7 @@ class ExplainRow:
     frozen: bool
     state_dtypes: dict[str, str]
     hyperparams: dict[str, float]
+    state_layout: str = ""
 
 
 def _fmt(value: float | None) -> str:
@@ -74,7 +78,8 @@ class Explanation:
         return [dataclasses.asdict(row) for row in self.rows]
 
     def __str__(self) -> str:
-        header = ("path", "steps", "lr", "wd", "b1", "b2", "frozen", "state")
+        header: tuple[str, ...] = ("path", "steps", "lr", "wd", "b1", "b2", "frozen", "state")
+        layouts = any(row.state_layout for row in self.rows)
         body = [
             (
                 row.path,
@@ -85,9 +90,12 @@ class Explanation:
                 _fmt(row.b2),
                 "yes" if row.frozen else "",
                 " ".join(f"{k.rsplit('/', 1)[-1]}:{v}" for k, v in row.state_dtypes.items()),
+                *((row.state_layout,) if layouts else ()),
             )
             for row in self.rows
         ]
+        if layouts:
+            header = (*header, "state layout")
         widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
         lines = [f"step {self.step}"]
         for r in (header, *body):
@@ -120,7 +128,24 @@ def _row(path: str, steps: list[tuple[str, dict]], dtypes: dict[str, str]) -> Ex
     return ExplainRow(path, tuple(n for n, _ in steps), lr, wd, b1, b2, frozen, dtypes, flat)
 
 
-def explain(tx: Any, params: Any, step: int = 0) -> Explanation:
+def _layout_notes(tx: Any, params: Any, axis: str) -> dict[str, str]:
+    """`{param path: how its state is laid out}`, one note per path (per slot if they differ)."""
+    notes: dict[str, dict[str, str]] = {}
+    for slot in slot_layouts(tx, params, shard_over=axis):
+        if slot.param is not None:
+            name = slot.key[: -len(slot.param)].rstrip("/").rsplit("/", 1)[-1]
+            notes.setdefault(slot.param, {})[name] = slot.note
+    out = {}
+    for path, by_slot in notes.items():
+        distinct = set(by_slot.values())
+        if len(distinct) == 1:
+            out[path] = distinct.pop()
+        else:
+            out[path] = "; ".join(f"{name}: {note}" for name, note in by_slot.items())
+    return out
+
+
+def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = None) -> Explanation:
     """Describe, for every parameter path, what the optimizer does to it at `step`.
 
     One row per path: the chain of transformations applied to it, the effective learning
@@ -132,6 +157,9 @@ def explain(tx: Any, params: Any, step: int = 0) -> Explanation:
         tx: the transformation (an optimizer, a chain, a partition, ...).
         params: the params (arrays or `jax.ShapeDtypeStruct`s).
         step: the step at which schedules are evaluated.
+        shard_over: a mesh axis (ZeRO-1, see `gradtx.state_shardings`): adds a column that
+            says, per path, whether its state is split over that axis and on which
+            dimension, or why it stays as its parameter. The params need shardings.
 
     Returns:
         An `Explanation`: `str()`/`print()` give a table; `.rows` (one `ExplainRow` per path),
@@ -163,4 +191,7 @@ def explain(tx: Any, params: Any, step: int = 0) -> Explanation:
             name = jnp.dtype(value.dtype).name
             dtypes[owner][slot] = _SHORT.get(name, name)
     rows = tuple(_row(p, described.get(p, []), dtypes[p]) for p in paths)
+    if shard_over is not None:
+        notes = _layout_notes(tx, params, shard_over)
+        rows = tuple(dataclasses.replace(r, state_layout=notes.get(r.path, "")) for r in rows)
     return Explanation(rows, step)

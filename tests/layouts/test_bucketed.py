@@ -228,3 +228,20 @@ def test_donated_weight_decay_updates_a_large_leaf_in_place():
     hlo = compiled.compile().as_text()
     assert "input_output_alias" in hlo
     assert not re.search(r"f32\[256,512\]\{[0-9,]*\} copy\(", hlo)
+
+
+def test_explain_names_each_path_s_bucket():
+    tx = gradtx.bucketed(gradtx.adam(1e-2), own_buffer_from=2048)
+    table = gradtx.explain(tx, _mixed_sizes())
+    assert table["bias"].steps == ("bucket float32", "scale_by_adam", "scale_by_learning_rate")
+    assert table["scale"].steps[0] == "bucket float32"
+    assert table["embed"].steps[0] == "own bucket float32#1 (large)"
+    assert table["head"].steps[0] == "own bucket float32#2 (large)"
+    assert table["bias"].learning_rate == pytest.approx(1e-2)  # the note adds no hyperparameter
+    assert "own bucket float32#1 (large) > scale_by_adam" in str(table)
+
+
+def test_unsharded_params_record_no_sharded_leaves():
+    state = gradtx.bucketed(gradtx.adam(1e-2)).init(_params())
+    assert state["bucket_offsets"].sharded == ()
+    assert repr(state["bucket_offsets"]) == "BucketOffsets(8 leaves)"

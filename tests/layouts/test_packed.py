@@ -355,3 +355,17 @@ def test_a_split_buffer_cannot_share_one_count():
     tx = _selecting(with_masked_update=True, with_count=True)
     with pytest.raises(ValueError, match="state 'count' is one value for the whole buffer"):
         tx.update(packed, tx.init(packed))
+
+
+def test_a_buffer_of_one_abstract_leaf_keeps_its_sharding():
+    # `bucketed` packs a sharded leaf apart: given abstractly, its buffer (and so the state
+    # `init` makes from it) must keep the leaf's sharding.
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    params = {
+        "big": jax.ShapeDtypeStruct((3, 4), jnp.float32, sharding=sharding),
+        "a": jax.ShapeDtypeStruct((2,), jnp.float32),
+    }
+    packed = gradtx.pack(params, own_buffer_from=10)
+    assert packed.buffers[1].shape == (3, 4) and packed.buffers[1].sharding == sharding
+    assert dict(packed.items())["big"].sharding == sharding
+    assert packed.buffers[0].sharding is None

@@ -1,0 +1,304 @@
+"""`state_shardings`: the shardings of an optimizer state, before it exists (ZeRO-1 included)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from gradtx._core.protocol import as_transformation
+from gradtx._layouts.packed import known_shardings
+from gradtx._paths.paths import flatten, is_unit, path_of
+
+__all__ = ["SlotLayout", "slot_layouts", "state_shardings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotLayout:
+    """How one state leaf is laid out, and why.
+
+    Attributes:
+        key: the leaf's path in the state (`adam/mu/enc/w`; a packed buffer's ends in its index).
+        param: the parameter path it belongs to, or `None` (counts, statistics, scalars).
+        sharding: the sharding it gets.
+        note: `"as its parameter"`, `"replicated"`, or under `shard_over`:
+            `"over 'data' on dim 0"`, `"as its parameter: no free dimension divisible by 8"`,
+            `"as its parameter: already over 'data'"`.
+    """
+
+    key: str
+    param: str | None
+    sharding: Any
+    note: str
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix and key else prefix or key
+
+
+def _param_leaves(params: Any) -> dict[str, Any]:
+    """Every array leaf of the params by path; a packed unit's buffers under its path."""
+    paths, leaves, _ = flatten(params)
+    out: dict[str, Any] = {}
+    for path, leaf in zip(paths, leaves):
+        if leaf is None:
+            continue
+        if is_unit(leaf):
+            for key_path, sub in jax.tree_util.tree_flatten_with_path(leaf)[0]:
+                out[_join(path, path_of(key_path))] = sub
+        else:
+            out[path] = leaf
+    return out
+
+
+def _sharding_of(path: str, leaf: Any) -> Any:
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is None:
+        what = type(leaf).__name__
+        raise ValueError(
+            f"state_shardings: the parameter at path {path!r} ({what}) has no sharding; pass "
+            "arrays, or `jax.ShapeDtypeStruct(shape, dtype, sharding=...)` for each leaf."
+        )
+    return sharding
+
+
+def _replicated(shardings: list[Any]) -> Any:
+    """Replication on the params' mesh (or on their one device)."""
+    for s in shardings:
+        if isinstance(s, NamedSharding):
+            return NamedSharding(s.mesh, PartitionSpec())
+    for s in shardings:
+        if s.is_fully_replicated:
+            return s
+    raise ValueError(
+        "state_shardings: the params' shardings are neither NamedShardings nor replicated; "
+        "give each parameter a `jax.sharding.NamedSharding` on one mesh."
+    )
+
+
+def _owner(key: str, params: dict[str, Any]) -> str | None:
+    """The longest parameter path that ends `key` (`adam/mu/enc/w` -> `enc/w`)."""
+    parts = key.split("/")
+    for i in range(len(parts)):
+        tail = "/".join(parts[i:])
+        if tail in params:
+            return tail
+    return None
+
+
+def _padded(spec: PartitionSpec, ndim: int) -> list[Any]:
+    entries = list(spec)
+    return entries + [None] * (ndim - len(entries))
+
+
+def _kept_dims(shape: tuple[int, ...], param_shape: tuple[int, ...]) -> list[int] | None:
+    """Which of the parameter's dims a slot of `shape` keeps (a factored moment drops some)."""
+    kept, start = [], 0
+    for size in shape:
+        while start < len(param_shape) and param_shape[start] != size:
+            start += 1
+        if start == len(param_shape):
+            return None
+        kept.append(start)
+        start += 1
+    return kept
+
+
+def _spec(entries: list[Any]) -> PartitionSpec:
+    """A PartitionSpec without trailing `None`s (`P("data")`, not `P("data", None)`)."""
+    while entries and entries[-1] is None:
+        entries = entries[:-1]
+    return PartitionSpec(*entries)
+
+
+def _uses(entry: Any, axis: str) -> bool:
+    return entry == axis or (isinstance(entry, tuple) and axis in entry)
+
+
+def _zero1(sharding: NamedSharding, shape: tuple[int, ...], axis: str) -> tuple[NamedSharding, str]:
+    """`sharding` also split over `axis`, on the first free dim that the axis size divides."""
+    spec = _padded(sharding.spec, len(shape))
+    if any(_uses(entry, axis) for entry in spec):
+        return sharding, f"as its parameter: already over {axis!r}"
+    size = sharding.mesh.shape[axis]
+    for dim, (entry, n) in enumerate(zip(spec, shape)):
+        if entry is None and n % size == 0 and n >= size:
+            spec[dim] = axis
+            return NamedSharding(sharding.mesh, _spec(spec)), f"over {axis!r} on dim {dim}"
+    if not shape:
+        return sharding, "as its parameter: a scalar"
+    return sharding, f"as its parameter: no free dimension divisible by {size}"
+
+
+def _check_axis(shardings: list[Any], axis: str) -> None:
+    meshes = [s.mesh for s in shardings if isinstance(s, NamedSharding)]
+    if not meshes:
+        raise ValueError(
+            f"state_shardings: `shard_over={axis!r}` needs params with NamedShardings on a "
+            "mesh that has that axis."
+        )
+    for mesh in meshes:
+        if axis not in mesh.axis_names:
+            raise ValueError(
+                f"state_shardings: `shard_over={axis!r}` is not an axis of the params' mesh, "
+                f"whose axes are {list(mesh.axis_names)}."
+            )
+
+
+def slot_layouts(tx: Any, params: Any, *, shard_over: str | None = None) -> list[SlotLayout]:
+    """The layout of every leaf of `tx.init(params)`, in the state's tree order.
+
+    The rules of `state_shardings`, with the reason for each leaf. Nothing is allocated.
+
+    Args:
+        tx: the transformation.
+        params: arrays or `jax.ShapeDtypeStruct`s, each with a sharding.
+        shard_over: a mesh axis to split per-path slots over as well (ZeRO-1), or `None`.
+
+    Returns:
+        One `SlotLayout` per leaf of the state.
+
+    Examples:
+        >>> params = {"w": jnp.zeros((4, 2))}
+        >>> for slot in gradtx.slot_layouts(gradtx.adam(1e-3), params):
+        ...     print(slot.key, slot.param, slot.note)
+        count/0 None replicated
+        mu/w w as its parameter
+        nu/w w as its parameter
+    """
+    return _layouts(tx, params, shard_over)[1]
+
+
+def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[SlotLayout]]:
+    """The state's tree structure and the layout of each of its leaves."""
+    tx = as_transformation(tx, "state_shardings(tx)")
+    by_path = _param_leaves(params)
+    shardings = {path: _sharding_of(path, leaf) for path, leaf in by_path.items()}
+    if not shardings:
+        raise ValueError("state_shardings: the params hold no arrays.")
+    replicated = _replicated(list(shardings.values()))
+    if shard_over is not None:
+        _check_axis(list(shardings.values()), shard_over)
+    with known_shardings(shardings):  # `bucketed` lays sharded leaves out apart
+        state = jax.eval_shape(tx.init, params)
+    out = []
+    treedef = jax.tree.structure(state)
+    for key, leaf, owner in _state_leaves(state, by_path):
+        shape = tuple(leaf.shape)
+        sharding, note = replicated, "replicated"
+        if owner is not None and shape:
+            param = by_path[owner]
+            sharding, note = _slot_sharding(shardings[owner], shape, tuple(param.shape), replicated)
+            if shard_over is not None and isinstance(sharding, NamedSharding):
+                sharding, note = _zero1(sharding, shape, shard_over)
+        out.append(SlotLayout(key, owner if shape else None, sharding, note))
+    return treedef, out
+
+
+def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
+    """`(key, leaf, parameter path or None)` for every leaf of `state`, in tree order.
+
+    A leaf belongs to the longest parameter path that ends its key. A buffer of a packed
+    state (`bucketed`, packed params) that holds one leaf in that leaf's shape belongs to it.
+    """
+    out = []
+    found = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_unit)[0]
+    for key_path, node in found:
+        key = path_of(key_path)
+        if not is_unit(node):
+            out.append((key, node, _owner(key, params)))
+            continue
+        alone = _single_leaf_buffers(node)
+        for i, (sub_path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(node)[0]):
+            sub_key = _join(key, path_of(sub_path))
+            owner = alone.get(i) if hasattr(node, "layout") else None
+            if owner is None or owner not in params:
+                owner = _owner(sub_key, params)
+            out.append((sub_key, leaf, owner))
+    return out
+
+
+def _single_leaf_buffers(unit: Any) -> dict[int, str]:
+    """`{buffer index: path}` for the buffers of a packed unit that hold a single leaf."""
+    specs = getattr(getattr(unit, "layout", None), "specs", ())
+    by_group: dict[int, list[str]] = {}
+    for spec in specs:
+        by_group.setdefault(spec.group, []).append(spec.path)
+    return {group: paths[0] for group, paths in by_group.items() if len(paths) == 1}
+
+
+def _slot_sharding(
+    param_sharding: Any, shape: tuple[int, ...], param_shape: tuple[int, ...], replicated: Any
+) -> tuple[Any, str]:
+    """A slot shaped like its parameter takes its sharding; a factored one, the dims it keeps."""
+    if shape == param_shape:
+        return param_sharding, "as its parameter"
+    if not isinstance(param_sharding, NamedSharding):
+        return replicated, "replicated"
+    kept = _kept_dims(shape, param_shape)
+    if kept is None:
+        return replicated, "replicated: not shaped like its parameter"
+    spec = _padded(param_sharding.spec, len(param_shape))
+    derived = _spec([spec[d] for d in kept])
+    return NamedSharding(param_sharding.mesh, derived), "its parameter's, on the dims it keeps"
+
+
+def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> Any:
+    """The shardings of `tx.init(params)`, computed without allocating the state.
+
+    Use them to create the state directly in place, and as the state's shardings of a
+    jitted step:
+
+        shardings = gradtx.state_shardings(tx, abstract_params)
+        state = jax.jit(tx.init, out_shardings=shardings)(params)
+
+    Rules, per leaf of the state:
+
+    - a per-path slot shaped like its parameter (Adam's `mu` and `nu`, a momentum trace)
+      takes the parameter's sharding; a slot with fewer dimensions (a factored second moment)
+      takes the parameter's sharding on the dimensions it keeps;
+    - everything else (step counts, injected hyperparameters, statistics) is replicated on
+      the params' mesh.
+
+    With `shard_over="data"` (ZeRO-1), every per-path slot is also split over that mesh
+    axis, on its first dimension that is not already sharded and that the axis size divides.
+    A slot with no such dimension, or whose parameter is already split over the axis (FSDP),
+    stays as its parameter; `gradtx.slot_layouts` says which and why. The step then keeps
+    one slice of the optimizer state per device of the axis, and XLA inserts the
+    collectives that the layout needs. Use automatic mesh axes (`AxisType.Auto`) with
+    `shard_over`: under explicit axes the optimizer's math would have to reshard by hand.
+
+    `gradtx.bucketed` keeps each sharded leaf in a buffer of its own, which its `init` can
+    only see outside `jit` under automatic axes: with sharded params, create its state with
+    `tx.init(params)` (the arrays come out with these shardings) rather than under `jit`.
+
+    Args:
+        tx: the transformation.
+        params: the params: arrays, or `jax.ShapeDtypeStruct`s with a `sharding` each (an
+            abstract model, before any array exists).
+        shard_over: a mesh axis name to split per-path state over as well, or `None`.
+
+    Returns:
+        A pytree shaped like `tx.init(params)` whose leaves are `jax.sharding.Sharding`s.
+
+    Raises:
+        ValueError: a parameter without a sharding (named by path), or a `shard_over` that is
+            not an axis of the params' mesh.
+
+    Examples:
+        >>> mesh = jax.make_mesh((1,), ("data",))
+        >>> replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        >>> abstract = {"w": jax.ShapeDtypeStruct((4, 2), jnp.float32, sharding=replicated)}
+        >>> tx = gradtx.adam(1e-3)
+        >>> shardings = gradtx.state_shardings(tx, abstract, shard_over="data")
+        >>> shardings["mu"]["w"].spec
+        P('data',)
+        >>> params = {"w": jax.device_put(jnp.zeros((4, 2)), replicated)}
+        >>> state = jax.jit(tx.init, out_shardings=shardings)(params)
+        >>> state["nu"]["w"].sharding.spec
+        P('data',)
+    """
+    treedef, layouts = _layouts(tx, params, shard_over)
+    return jax.tree.unflatten(treedef, [slot.sharding for slot in layouts])

@@ -1,0 +1,233 @@
+"""`state_shardings` and ZeRO-1 on 8 CPU devices (child processes), and its errors in-process."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+import gradtx
+
+MARKER = "GRADTX-STATE-SHARDINGS-OK"
+TESTS = pathlib.Path(__file__).resolve().parent
+ROOT = pathlib.Path(gradtx.__file__).resolve().parent.parent
+
+HEADER = r"""
+import re
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+import gradtx
+
+assert len(jax.devices()) == 8, jax.devices()
+
+
+def shardings_of(tree):
+    return jax.tree.map(lambda x: x.sharding, tree)
+
+
+def assert_promised(state, promised, where):
+    got, expected = jax.tree.leaves(shardings_of(state)), jax.tree.leaves(promised)
+    assert len(got) == len(expected), where
+    for leaf, a, b in zip(jax.tree.leaves(state), got, expected):
+        assert a.is_equivalent_to(b, leaf.ndim), (where, a, b)
+"""
+
+# Every entry of the contract registry, under automatic axes of a 2 x 4 mesh: the state is
+# created where `state_shardings` says (with and without ZeRO-1), and a jitted step with those
+# shardings gives the params of the unsharded step.
+REGISTRY = r"""
+import registry
+
+mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
+rng = np.random.default_rng(0)
+
+
+def r(*shape):
+    return jnp.asarray(rng.normal(size=shape).astype(np.float32))
+
+
+# The contract's tree (tests/test_contract.py), with dims the mesh axes divide.
+plain = {
+    "enc": {"w": r(8, 4), "b": r(4)},
+    "layers": [{"w": r(4, 8)}, {"w": r(2), "s": r()}],
+    "frozen": None,
+}
+specs = {
+    "enc": {"w": P("model"), "b": P()},
+    "layers": [{"w": P(None, "model")}, {"w": P(), "s": P()}],
+    "frozen": None,
+}
+params = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), plain, specs)
+param_shardings = shardings_of(params)
+checked = 0
+for entry in registry.REGISTRY:
+    tx = entry.make(entry.scalar)
+
+    def step(p, s, tx=tx):
+        updates, s = tx.update(jax.tree.map(jnp.cos, p), s, p)
+        return gradtx.apply_updates(p, updates), s
+
+    expected, _ = jax.jit(step)(plain, tx.init(plain))
+    for over in (None, "data"):
+        where = f"{entry.id}, shard_over={over}"
+        promised = gradtx.state_shardings(tx, params, shard_over=over)
+        state = jax.jit(tx.init, out_shardings=promised)(params)
+        assert_promised(state, promised, where + ", init")
+        shardings = (param_shardings, promised)
+        run = jax.jit(step, in_shardings=shardings, out_shardings=shardings)
+        new_params, new_state = run(params, state)
+        assert_promised(new_state, promised, where + ", update")
+        for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
+            # Sharded matrix products (muon's Newton-Schulz steps) sum in another order.
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=where)
+        checked += 1
+assert checked == 2 * len(registry.REGISTRY), checked
+print("entries", len(registry.REGISTRY))
+"""
+
+# ZeRO-1 on a data-parallel mesh: per-device state bytes, the step's collectives, explain.
+ZERO1 = r"""
+import re
+
+mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+replicated = NamedSharding(mesh, P())
+plain = {"w1": jnp.ones((64, 32)), "b1": jnp.ones(32), "w2": jnp.ones((32, 16)), "odd": jnp.ones(3)}
+params = jax.device_put(plain, replicated)
+tx = gradtx.adamw(1e-3, weight_decay=0.1)
+
+
+def step(p, s, g):
+    updates, s = tx.update(g, s, p)
+    return gradtx.apply_updates(p, updates), s
+
+
+def run(shard_over):
+    promised = gradtx.state_shardings(tx, params, shard_over=shard_over)
+    state = jax.jit(tx.init, out_shardings=promised)(params)
+    shardings = (shardings_of(params), promised)
+    jitted = jax.jit(step, in_shardings=(*shardings, shardings[0]), out_shardings=shardings)
+    text = jitted.lower(params, state, params).compile().as_text()
+    collectives = {
+        op: len(re.findall(rf"\b{op}(?:-start)?\(", text))
+        for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+    }
+    per_device = sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(state))
+    new_params, new_state = jitted(params, state, jax.tree.map(jnp.sin, params))
+    assert_promised(new_state, promised, f"shard_over={shard_over}")
+    return new_params, per_device, collectives
+
+
+whole, whole_bytes, whole_collectives = run(None)
+split, split_bytes, split_collectives = run("data")
+print("state bytes per device", whole_bytes, split_bytes, split_bytes / whole_bytes)
+print("collectives", whole_collectives, split_collectives)
+# Replicated params and gradients: the plain step needs no collective at all; ZeRO-1 only
+# gathers the updated slices (no all-reduce, no all-to-all).
+assert sum(whole_collectives.values()) == 0, whole_collectives
+assert split_collectives["all-gather"] >= 1, split_collectives
+assert split_collectives["all-reduce"] == split_collectives["all-to-all"] == 0, split_collectives
+# About an eighth: only the 3-element `odd` slots and the scalars stay whole.
+assert split_bytes / whole_bytes < 0.14, (split_bytes, whole_bytes)
+for a, b in zip(jax.tree.leaves(split), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+notes = {s.key: s.note for s in gradtx.slot_layouts(tx, params, shard_over="data")}
+assert notes["mu/w1"] == "over 'data' on dim 0", notes
+assert notes["nu/odd"] == "as its parameter: no free dimension divisible by 8", notes
+table = gradtx.explain(tx, params, shard_over="data")
+assert table["odd"].state_layout == "as its parameter: no free dimension divisible by 8"
+assert table["w2"].state_layout == "over 'data' on dim 0"
+assert "state layout" in str(table)
+
+# bucketed keeps a sharded leaf apart; the promise sees the layout its eager init makes.
+bucketed = gradtx.bucketed(gradtx.adam(1e-3))
+mixed = {
+    "w": jax.device_put(jnp.ones((16, 8)), NamedSharding(mesh, P("data"))),
+    "b": jax.device_put(jnp.ones(8), replicated),
+    "c": jax.device_put(jnp.ones(4), replicated),
+}
+promised = gradtx.state_shardings(bucketed, mixed)
+with jax.set_mesh(mesh):  # new scalars (counts, offsets) replicated on the mesh
+    eager = bucketed.init(mixed)
+assert jax.tree.structure(promised) == jax.tree.structure(eager)
+assert_promised(eager, promised, "bucketed")
+
+# FSDP: a parameter already split over the axis keeps its layout; another dim is not added.
+fsdp = {"w": jax.device_put(jnp.ones((16, 8)), NamedSharding(mesh, P("data")))}
+(slot,) = [s for s in gradtx.slot_layouts(gradtx.sgd(0.1, momentum=0.9), fsdp, shard_over="data")]
+assert slot.note == "as its parameter: already over 'data'", slot
+assert slot.sharding.spec == P("data"), slot
+"""
+
+
+def _run_child(body: str) -> str:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(TESTS), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    script = HEADER + body + f"\nprint({MARKER!r})\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert MARKER in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_every_registry_entry_gets_the_promised_shardings_on_8_devices():
+    out = _run_child(REGISTRY)
+    assert "entries" in out
+
+
+@pytest.mark.slow
+def test_zero1_splits_the_state_an_eighth_per_device_and_only_gathers():
+    out = _run_child(ZERO1)
+    assert "state bytes per device" in out
+
+
+def _on_one_device(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    mesh = jax.make_mesh((1,), ("data",))
+    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, PartitionSpec()))
+
+
+def test_scalars_are_replicated_and_slots_follow_their_parameter():
+    params = {"w": _on_one_device((4, 2)), "b": _on_one_device((2,))}
+    tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))
+    promised = gradtx.state_shardings(tx, params)
+    assert promised["adam"]["mu"]["w"] is params["w"].sharding
+    norm = promised["clip_by_global_norm"]["global_norm"]
+    assert norm.is_fully_replicated and norm.spec == PartitionSpec()
+
+
+def test_a_parameter_without_a_sharding_is_named():
+    params = {"enc": {"w": jax.ShapeDtypeStruct((2, 2), jnp.float32)}}
+    with pytest.raises(ValueError, match="'enc/w'.*has no sharding"):
+        gradtx.state_shardings(gradtx.adam(1e-3), params)
+
+
+def test_an_unknown_mesh_axis_is_named_with_the_mesh_axes():
+    params = {"w": _on_one_device((4,))}
+    with pytest.raises(ValueError, match=r"shard_over='batch'.*\['data'\]"):
+        gradtx.state_shardings(gradtx.adam(1e-3), params, shard_over="batch")
+
+
+def test_a_factored_slot_keeps_the_dims_of_its_parameter():
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    split = NamedSharding(mesh, PartitionSpec("model", None))
+    params = {"w": jax.ShapeDtypeStruct((6, 4), jnp.float32, sharding=split)}
+    slots = {s.key: s for s in gradtx.slot_layouts(gradtx.adafactor(1e-3), params)}
+    factored = [s for s in slots.values() if s.param == "w" and s.sharding.spec != split.spec]
+    for slot in factored:
+        assert slot.note == "its parameter's, on the dims it keeps", slot
