@@ -32,6 +32,7 @@ PAGES = [
     "docs/coming-from-optax.md",
     "docs/howto-equinox-optax.md",
     "docs/howto-flax-nnx.md",
+    "docs/sharding.md",
 ]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -90,6 +90,13 @@ for entry in registry.REGISTRY:
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=where)
         checked += 1
 assert checked == 2 * len(registry.REGISTRY), checked
+
+# ZeRO-1 with tensor parallelism: a dim split over "model" takes "data" too where it divides.
+bias = {"b": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("model")))}
+for slot in gradtx.slot_layouts(gradtx.adam(1e-3), bias, shard_over="data"):
+    if slot.param is not None:
+        assert slot.sharding.spec == P(("model", "data")), slot
+        assert slot.note == "over 'data' on dim 0, with 'model'", slot
 print("entries", len(registry.REGISTRY))
 """
 
@@ -140,11 +147,23 @@ for a, b in zip(jax.tree.leaves(split), jax.tree.leaves(whole)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 notes = {s.key: s.note for s in gradtx.slot_layouts(tx, params, shard_over="data")}
 assert notes["mu/w1"] == "over 'data' on dim 0", notes
-assert notes["nu/odd"] == "as its parameter: no free dimension divisible by 8", notes
+assert notes["nu/odd"] == "as its parameter: no dimension divisible by 8", notes
 table = gradtx.explain(tx, params, shard_over="data")
-assert table["odd"].state_layout == "as its parameter: no free dimension divisible by 8"
+assert table["odd"].state_layout == "as its parameter: no dimension divisible by 8"
 assert table["w2"].state_layout == "over 'data' on dim 0"
 assert "state layout" in str(table)
+
+# A checkpoint of ZeRO-1 state comes back split as promised.
+import os, tempfile
+
+promised = gradtx.state_shardings(tx, params, shard_over="data")
+state = jax.jit(tx.init, out_shardings=promised)(params)
+with tempfile.TemporaryDirectory() as folder:
+    file = os.path.join(folder, "ckpt.safetensors")
+    gradtx.save(file, params, state, tx=tx)
+    _, restored, report = gradtx.restore(file, tx, params, shard_over="data")
+assert report.clean, report
+assert_promised(restored, promised, "restore")
 
 # bucketed keeps a sharded leaf apart; the promise sees the layout its eager init makes.
 bucketed = gradtx.bucketed(gradtx.adam(1e-3))

@@ -23,6 +23,7 @@ from gradtx._state import safetensors_format
 from gradtx._state.fingerprint import fingerprint
 from gradtx._state.renaming import apply_rename, check_rename
 from gradtx._state.restore_report import RestoreReport
+from gradtx._state.shardings import place_state
 from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict
 
 __all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
@@ -124,6 +125,7 @@ def restore(
     *,
     strict: bool = True,
     rename: Mapping[str, str] | None = None,
+    shard_over: str | None = None,
 ) -> tuple[Any, Any, RestoreReport]:
     """Read a checkpoint written by `save` into params shaped like `params_like` and tx's state.
 
@@ -145,6 +147,10 @@ def restore(
         rename: `{"old/prefix": "new/prefix"}` for subtrees that moved since the save: a
             saved params path equal to or under `old/prefix` (and the same path inside
             state keys, `adam/mu/old/prefix/w`) is read as if saved under `new/prefix`.
+        shard_over: the state comes back placed as `gradtx.state_shardings(tx, params,
+            shard_over=shard_over)` says (each slot with its parameter's sharding; with a
+            mesh axis, also split over it, ZeRO-1) when `params_like`'s leaves carry
+            shardings. It is assembled on the host first, then placed.
 
     Returns:
         `(params, state, report)`: the params, the state and a `RestoreReport`.
@@ -175,6 +181,7 @@ def restore(
 
     params, found = _rebuild(params_like, saved_params)
     state, loaded = load_state_dict(tx, params, saved_state, strict=False)
+    state = place_state(state, tx, params, shard_over=shard_over)
     skipped = set(loaded.unexpected) | set(loaded.mismatched)
     report = RestoreReport(
         params_matched=tuple(found.matched),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -12,7 +13,7 @@ from gradtx._core.protocol import as_transformation
 from gradtx._layouts.packed import known_shardings
 from gradtx._paths.paths import flatten, is_unit, path_of
 
-__all__ = ["SlotLayout", "slot_layouts", "state_shardings"]
+__all__ = ["SlotLayout", "place_state", "slot_layouts", "state_shardings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +25,8 @@ class SlotLayout:
         param: the parameter path it belongs to, or `None` (counts, statistics, scalars).
         sharding: the sharding it gets.
         note: `"as its parameter"`, `"replicated"`, or under `shard_over`:
-            `"over 'data' on dim 0"`, `"as its parameter: no free dimension divisible by 8"`,
+            `"over 'data' on dim 0"`, `"over 'data' on dim 0, with 'model'"`,
+            `"as its parameter: no dimension divisible by 8"`,
             `"as its parameter: already over 'data'"`.
     """
 
@@ -118,7 +120,11 @@ def _uses(entry: Any, axis: str) -> bool:
 
 
 def _zero1(sharding: NamedSharding, shape: tuple[int, ...], axis: str) -> tuple[NamedSharding, str]:
-    """`sharding` also split over `axis`, on the first free dim that the axis size divides."""
+    """`sharding` also split over `axis`, and a note saying where.
+
+    On the first free dim that the axis size divides, else on a split dim that the product
+    of its axes and this one divides.
+    """
     spec = _padded(sharding.spec, len(shape))
     if any(_uses(entry, axis) for entry in spec):
         return sharding, f"as its parameter: already over {axis!r}"
@@ -127,9 +133,20 @@ def _zero1(sharding: NamedSharding, shape: tuple[int, ...], axis: str) -> tuple[
         if entry is None and n % size == 0 and n >= size:
             spec[dim] = axis
             return NamedSharding(sharding.mesh, _spec(spec)), f"over {axis!r} on dim {dim}"
+    # No free dimension: one already split (over "model", say) may take the axis as well.
+    mesh_shape = sharding.mesh.shape
+    for dim, (entry, n) in enumerate(zip(spec, shape)):
+        if entry is None:
+            continue
+        axes = entry if isinstance(entry, tuple) else (entry,)
+        split = size * math.prod(mesh_shape[a] for a in axes)
+        if n % split == 0 and n >= split:
+            spec[dim] = (*axes, axis)
+            note = f"over {axis!r} on dim {dim}, with {', '.join(map(repr, axes))}"
+            return NamedSharding(sharding.mesh, _spec(spec)), note
     if not shape:
         return sharding, "as its parameter: a scalar"
-    return sharding, f"as its parameter: no free dimension divisible by {size}"
+    return sharding, f"as its parameter: no dimension divisible by {size}"
 
 
 def _check_axis(shardings: list[Any], axis: str) -> None:
@@ -263,8 +280,10 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
       the params' mesh.
 
     With `shard_over="data"` (ZeRO-1), every per-path slot is also split over that mesh
-    axis, on its first dimension that is not already sharded and that the axis size divides.
-    A slot with no such dimension, or whose parameter is already split over the axis (FSDP),
+    axis, on its first dimension that is not already sharded and that the axis size divides
+    (else on a sharded one that the product of its axes and this one divides: `("model",
+    "data")`). A slot with no such dimension, or whose parameter is already split over the
+    axis (FSDP),
     stays as its parameter; `gradtx.slot_layouts` says which and why. The step then keeps
     one slice of the optimizer state per device of the axis, and XLA inserts the
     collectives that the layout needs. Use automatic mesh axes (`AxisType.Auto`) with
@@ -302,3 +321,23 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
     """
     treedef, layouts = _layouts(tx, params, shard_over)
     return jax.tree.unflatten(treedef, [slot.sharding for slot in layouts])
+
+
+def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = None) -> Any:
+    """`state` with each leaf put where `state_shardings(tx, params, shard_over)` says.
+
+    Leaves are matched by their key in the state, so a state whose step counts were regrouped
+    (loaded from a checkpoint) is placed too: a leaf the promise does not list is replicated.
+    Params without shardings (abstract leaves without one) leave the state as it is.
+    """
+    try:
+        _, layouts = _layouts(tx, params, shard_over)
+    except ValueError:
+        return state
+    by_key = {slot.key: slot.sharding for slot in layouts}
+    replicated = _replicated([slot.sharding for slot in layouts])
+    found, treedef = jax.tree_util.tree_flatten_with_path(state)
+    placed = [
+        jax.device_put(leaf, by_key.get(path_of(key_path), replicated)) for key_path, leaf in found
+    ]
+    return jax.tree.unflatten(treedef, placed)
