@@ -58,4 +58,6 @@ part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
 # The optimizer-step table (transformer-like tree), then the whole-model many-leaf case.
 part run_transformer 150 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
 part whole_model_mlp 150 60 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
+# The sharded-training example on this device (one accelerator: the single layout).
+part train_sharded 90 45 $PY examples/train_sharded.py --layout single ${SMOKE:+--steps 3}
 echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"
