@@ -12,8 +12,6 @@ repeated (`--repeat`) so that the median is reported.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -21,6 +19,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from benchmarks.results import write_json
 
 LEAF_SIZE = 2048
 
@@ -98,13 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(
-                {"jax": jax.__version__, "device": jax.devices()[0].device_kind, "rows": rows},
-                f,
-                indent=1,
-            )
+        device = jax.devices()[0].device_kind
+        write_json(args.out, {"jax": jax.__version__, "device": device, "rows": rows})
     return 0
 
 

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import workloads as W
+from benchmarks.results import write_json
 
 # Entry-computation instructions that launch nothing on the device.
 _NO_KERNEL = {
@@ -228,15 +229,13 @@ def main(argv: list[str] | None = None) -> int:
             for k in r["top_kernels"]:
                 print(f"  {k['ms_per_step']:8.3f} ms  x{k['calls_per_step']:<6.0f} {k['name']}")
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            report = {
-                "jax": jax.__version__,
-                "device": jax.devices()[0].device_kind,
-                "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                "rows": rows,
-            }
-            json.dump(report, f, indent=1)
+        report = {
+            "jax": jax.__version__,
+            "device": jax.devices()[0].device_kind,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "rows": rows,
+        }
+        write_json(args.out, report)
     return 0
 
 

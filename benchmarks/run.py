@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ import numpy as np
 
 from benchmarks import workloads as W
 from benchmarks.configs import configs
+from benchmarks.results import write_json
 from benchmarks.training import format_rows, run_training
 
 
@@ -310,9 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
         report["training"] = run_training(blocks=blocks, reps=reps, rounds=rounds)
         print(format_rows(report["training"]))
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(args.out, report)
     return report
 
 

@@ -24,7 +24,6 @@ same loss up to float rounding.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -35,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import models
+from benchmarks.results import write_json
 from benchmarks.training import _compile, _time_rounds
 
 MB = 2**20
@@ -226,9 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
         report[name] = result
         print(format_rows(name, result), flush=True)
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(args.out, report)
     return report
 
 

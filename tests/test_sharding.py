@@ -1,37 +1,17 @@
 """State leaves take the sharding of their parameter (8 CPU devices, in a child process)."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
-
-import gradtx
+from devices import PRELUDE, run_on_8_devices
 
 # Slow (a subprocess, or a whole run): left out of `make quick` (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
 
 MARKER = "GRADTX-SHARDING-OK"
 
-SCRIPT = r"""
-import jax
-import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
-jax.config.update("jax_numpy_dtype_promotion", "strict")
+SCRIPT = (
+    PRELUDE
+    + r"""
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-import gradtx
-
-assert len(jax.devices()) == 8, jax.devices()
-
-
-def spec_of(x):
-    spec = list(x.sharding.spec)
-    while spec and spec[-1] is None:  # P("x") and P("x", None) are the same layout
-        spec.pop()
-    return tuple(spec)
 
 
 def check_state(state, params, where):
@@ -116,23 +96,8 @@ for axis_type in (AxisType.Auto, AxisType.Explicit):
 
 print("GRADTX-SHARDING-OK")
 """
+)
 
 
 def test_state_follows_parameter_sharding_on_8_cpu_devices():
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    # The child imports the same gradtx as this process.
-    root = str(pathlib.Path(gradtx.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert MARKER in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    run_on_8_devices(SCRIPT, MARKER, timeout=300)

@@ -1,32 +1,18 @@
 """`state_shardings` and ZeRO-1 on 8 CPU devices (child processes), and its errors in-process."""
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import pytest
+from devices import PRELUDE, run_on_8_devices
 from jax.sharding import NamedSharding, PartitionSpec
 
 import gradtx
 
 MARKER = "GRADTX-STATE-SHARDINGS-OK"
-TESTS = pathlib.Path(__file__).resolve().parent
-ROOT = pathlib.Path(gradtx.__file__).resolve().parent.parent
 
-HEADER = r"""
-import re
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
-jax.config.update("jax_numpy_dtype_promotion", "strict")
-import gradtx
-
-assert len(jax.devices()) == 8, jax.devices()
+HEADER = (
+    PRELUDE
+    + r"""
 
 
 def shardings_of(tree):
@@ -39,6 +25,7 @@ def assert_promised(state, promised, where):
     for leaf, a, b in zip(jax.tree.leaves(state), got, expected):
         assert a.is_equivalent_to(b, leaf.ndim), (where, a, b)
 """
+)
 
 # Every entry of the contract registry, under automatic axes of a 2 x 4 mesh: the state is
 # created where `state_shardings` says (with and without ZeRO-1), and a jitted step with those
@@ -187,21 +174,7 @@ assert slot.sharding.spec == P("data"), slot
 
 
 def _run_child(body: str) -> str:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(TESTS), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    script = HEADER + body + f"\nprint({MARKER!r})\n"
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert MARKER in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
-    return result.stdout
+    return run_on_8_devices(HEADER + body + f"\nprint({MARKER!r})\n", MARKER)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from devices import cpu_devices_env
 
 import gradtx
 
@@ -115,16 +116,6 @@ print("GRADTX-SHARDED-REPORT " + json.dumps(report))
 """
 
 
-def _env(devices: int | None = 8) -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    if devices:
-        flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
-        env["XLA_FLAGS"] = flags.strip()
-    # The children import the same gradtx as this process.
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    return env
-
-
 def _run(args: list[str], env: dict[str, str], timeout: float = 180) -> tuple[int, str]:
     """Run a command in a process group of its own, so that a timeout ends its children too."""
     proc = subprocess.Popen(
@@ -152,7 +143,7 @@ def out_dir(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def report(out_dir) -> dict:
     script = f"EXAMPLES = {str(EXAMPLES)!r}\nOUT = {str(out_dir)!r}\nSTEPS = {STEPS}\n" + SCRIPT
-    code, out = _run([sys.executable, "-c", script], _env())
+    code, out = _run([sys.executable, "-c", script], cpu_devices_env(8))
     assert code == 0, out[-4000:]
     line = next((x for x in out.splitlines() if x.startswith(MARKER)), None)
     assert line, out[-4000:]
@@ -225,7 +216,7 @@ def test_sharded_checkpoint_round_trip(report, layout):
 
 def test_example_command_line_tp():
     args = [sys.executable, str(EXAMPLES / "train_sharded.py"), "--layout", "tp"]
-    code, out = _run([*args, "--steps", "3", *SMALL], _env())
+    code, out = _run([*args, "--steps", "3", *SMALL], cpu_devices_env(8))
     assert code == 0, out[-4000:]
     assert "layout tp: mesh data=2, model=4" in out
     assert "per device: params" in out and "compiled step per device:" in out
@@ -239,7 +230,7 @@ def test_two_processes_agree_on_the_trained_params(report, out_dir):
     args = [sys.executable, str(EXAMPLES / "multihost.py"), "--launch", "2"]
     args += ["--layout", "dp_zero1", "--steps", str(STEPS), *SMALL, "--out", str(folder)]
     args += ["--checkpoint", str(out_dir / "multihost.safetensors")]
-    code, out = _run(args, _env(devices=None))
+    code, out = _run(args, cpu_devices_env(1))
     assert code == 0, out[-4000:]
     assert "process 1 of 2: 4 local devices, 8 in all" in out
     assert out.count("checkpoint restored in the same layout, equal: True") == 2, out[-4000:]

@@ -5,41 +5,18 @@ shape and sharding, so its step compiles with no resharding collective, and give
 Adam's results.
 """
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
-
-import gradtx
+from devices import PRELUDE, run_on_8_devices
 
 # Slow (a subprocess): left out of `make quick` (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
 
 MARKER = "GRADTX-SHARDED-LAYOUTS-OK"
 
-COMMON = r"""
-import re
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
-
-jax.config.update("jax_numpy_dtype_promotion", "strict")
+COMMON = (
+    PRELUDE
+    + r"""
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-import gradtx
-
-assert len(jax.devices()) == 8, jax.devices()
-
-
-def spec_of(x):
-    spec = list(x.sharding.spec)
-    while spec and spec[-1] is None:  # P("x") and P("x", None) are the same layout
-        spec.pop()
-    return tuple(spec)
 
 
 def make_params(mesh):
@@ -57,6 +34,7 @@ def make_params(mesh):
 
 SHARDED = {"enc/w": "P('x')", "enc/v": "P(None, 'x')"}
 """
+)
 
 PACK_SCRIPT = (
     COMMON
@@ -210,19 +188,7 @@ print("GRADTX-SHARDED-LAYOUTS-OK")
 
 
 def _run_on_8_devices(script: str) -> None:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    # The child imports the same gradtx as this process.
-    root = str(pathlib.Path(gradtx.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert MARKER in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    run_on_8_devices(script, MARKER, timeout=300)
 
 
 def test_pack_refuses_sharded_params_and_explain_names_the_buckets():
