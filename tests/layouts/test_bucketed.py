@@ -245,3 +245,17 @@ def test_unsharded_params_record_no_sharded_leaves():
     state = gradtx.bucketed(gradtx.adam(1e-2)).init(_params())
     assert state["bucket_offsets"].sharded == ()
     assert repr(state["bucket_offsets"]) == "BucketOffsets(8 leaves)"
+
+
+def test_explain_suggests_bucketed_state_for_many_small_leaves():
+    many = {f"layers/{i}": jnp.zeros(8) for i in range(500)}
+    hint = gradtx.explain(gradtx.adam(1e-3), many).hint
+    assert "500 small leaves" in hint and "gradtx.bucketed(tx)" in hint
+    assert str(gradtx.explain(gradtx.adam(1e-3), many)).splitlines()[-1] == f"hint: {hint}"
+    # Not when the state is already bucketed, the leaves are few, or the params are packed.
+    assert gradtx.explain(gradtx.bucketed(gradtx.adam(1e-3)), many).hint == ""
+    chained = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.bucketed(gradtx.adam(1e-3)))
+    assert gradtx.explain(chained, many).hint == ""
+    few = {f"layers/{i}": jnp.zeros(8) for i in range(499)}
+    assert gradtx.explain(gradtx.adam(1e-3), few).hint == ""
+    assert gradtx.explain(gradtx.adam(1e-3), gradtx.pack(many)).hint == ""
