@@ -19,13 +19,11 @@ import numpy as np
 import pytest
 from devices import cpu_devices_env
 
-import gradtx
-
 # Slow (a subprocess, or a whole run): left out of `make quick` (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
 
-ROOT = pathlib.Path(gradtx.__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+# The repository's examples (gradtx itself may be installed elsewhere).
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 SMALL = ["--dim", "32", "--hidden", "64", "--batch", "32"]  # every dim divisible by 8
 STEPS = 5
 LAYOUTS = ("dp", "fsdp", "tp", "dp_zero1")
