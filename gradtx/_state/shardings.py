@@ -334,6 +334,8 @@ def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = No
         _, layouts = _layouts(tx, params, shard_over)
     except ValueError:
         return state
+    if not layouts:  # a stateless transformation
+        return state
     by_key = {slot.key: slot.sharding for slot in layouts}
     replicated = _replicated([slot.sharding for slot in layouts])
     found, treedef = jax.tree_util.tree_flatten_with_path(state)
