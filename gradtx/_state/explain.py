@@ -114,8 +114,8 @@ class Explanation:
 
 
 # From this many small leaves on, `explain` suggests bucketed state. On 2000 leaves of 2048
-# floats, Adam's step compiled in 4.8 s bucketed against 16.7 s per leaf (optax: 14.6 s) on
-# a 2-core CPU; on 500, 0.6 s against 1.7 s (benchmarks/compile_time.py). The step itself
+# floats, Adam's step compiled in 4.0 s bucketed against 12.9 s per leaf (optax: 12.4 s) on
+# a 2-core CPU; on 500, 0.6 s against 1.8 s (benchmarks/compile_time.py). The step itself
 # was faster bucketed on a GPU and slower on that CPU, so it is a hint, not a default.
 _MANY_LEAVES = 500
 
