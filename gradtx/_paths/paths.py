@@ -14,7 +14,7 @@ flattens to the single child `value`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import jax
@@ -27,6 +27,7 @@ __all__ = [
     "is_path_transparent",
     "is_unit",
     "leaves",
+    "owning_path",
     "path_of",
     "paths",
     "unbox",
@@ -75,6 +76,19 @@ def virtual(tree: Any) -> Any:
 def path_of(key_path: tuple) -> str:
     """Render a JAX key path as a gradtx path string (`enc/layers/0/w`)."""
     return jax.tree_util.keystr(key_path, simple=True, separator="/")
+
+
+def owning_path(key: str, paths: Collection[str]) -> str | None:
+    """The longest of `paths` that ends the state key `key` (`adam/mu/enc/w` -> `enc/w`).
+
+    `paths` should be a set or dict: each tail of `key` is looked up once, longest first.
+    """
+    parts = key.split("/")
+    for i in range(len(parts)):
+        tail = "/".join(parts[i:])
+        if tail in paths:
+            return tail
+    return None
 
 
 # Whether each type seen is path-transparent (see the module docstring), looked up by type

@@ -13,9 +13,8 @@ import numpy as np
 from gradtx._combinators.bucketed import Bucketed
 from gradtx._core.protocol import as_transformation
 from gradtx._layouts.packed import LARGE_LEAF
-from gradtx._paths.paths import flatten, is_unit
+from gradtx._paths.paths import flatten, is_unit, owning_path
 from gradtx._paths.subset import present_paths
-from gradtx._state.hyperparams import _param_path
 from gradtx._state.shardings import slot_layouts
 from gradtx._state.state_dict import state_dict
 
@@ -220,8 +219,9 @@ def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = Non
     paths = present_paths(params)
     abstract = jax.eval_shape(tx.init, params)
     dtypes: dict[str, dict[str, str]] = {p: {} for p in paths}
+    known = set(paths)
     for key, value in state_dict(abstract).items():
-        owner = _param_path(key, paths)
+        owner = owning_path(key, known)
         if owner is not None:
             slot = key[: -len(owner)].rstrip("/")
             name = jnp.dtype(value.dtype).name

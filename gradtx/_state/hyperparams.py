@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.inject import InjectState
-from gradtx._paths.paths import path_of
+from gradtx._paths.paths import owning_path, path_of
 from gradtx._paths.selectors import select
 from gradtx._paths.subset import present_paths
 from gradtx._state.state_dict import load_state_dict, state_dict
@@ -130,15 +130,6 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
     return _walk(state, "", visit)
 
 
-def _param_path(key: str, paths: list[str]) -> str | None:
-    """The longest parameter path that `key` ends with (`adam/mu/enc/w` -> `enc/w`)."""
-    best = None
-    for path in paths:
-        if (key == path or key.endswith("/" + path)) and (best is None or len(path) > len(best)):
-            best = path
-    return best
-
-
 def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:
     """Re-initialise the state of the selected paths; every other entry is kept bit-for-bit.
 
@@ -161,11 +152,11 @@ def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:
         (0, 1)
     """
     chosen = set(select(params, where, argument="reset(where=...)"))
-    paths = present_paths(params)
+    paths = set(present_paths(params))
     old, fresh = state_dict(state), state_dict(tx.init(params))
     merged = dict(old)
     for key, value in fresh.items():
-        if _param_path(key, paths) in chosen:
+        if owning_path(key, paths) in chosen:
             merged[key] = value
     new_state, _ = load_state_dict(tx, params, merged)
     return new_state

@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._core.protocol import as_transformation
 from gradtx._layouts.packed import known_shardings
-from gradtx._paths.paths import flatten, is_unit, path_of
+from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
 
 __all__ = ["SlotLayout", "place_state", "slot_layouts", "state_shardings"]
 
@@ -78,16 +78,6 @@ def _replicated(shardings: list[Any]) -> Any:
         "state_shardings: the params' shardings are neither NamedShardings nor replicated; "
         "give each parameter a `jax.sharding.NamedSharding` on one mesh."
     )
-
-
-def _owner(key: str, params: dict[str, Any]) -> str | None:
-    """The longest parameter path that ends `key` (`adam/mu/enc/w` -> `enc/w`)."""
-    parts = key.split("/")
-    for i in range(len(parts)):
-        tail = "/".join(parts[i:])
-        if tail in params:
-            return tail
-    return None
 
 
 def _padded(spec: PartitionSpec, ndim: int) -> list[Any]:
@@ -225,14 +215,14 @@ def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, st
     for key_path, node in found:
         key = path_of(key_path)
         if not is_unit(node):
-            out.append((key, node, _owner(key, params)))
+            out.append((key, node, owning_path(key, params)))
             continue
         alone = _single_leaf_buffers(node)
         for i, (sub_path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(node)[0]):
             sub_key = _join(key, path_of(sub_path))
             owner = alone.get(i) if hasattr(node, "layout") else None
             if owner is None or owner not in params:
-                owner = _owner(sub_key, params)
+                owner = owning_path(sub_key, params)
             out.append((sub_key, leaf, owner))
     return out
 

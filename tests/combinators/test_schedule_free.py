@@ -12,6 +12,7 @@ import optax
 import pytest
 import registry  # noqa: F401  (first: it loads registry_schedule_free, which imports it)
 import registry_schedule_free as rsf
+from trajectories import eval_trajectory
 from trees import ZOO, grads_like
 
 import gradtx
@@ -44,19 +45,7 @@ GRADS = [_random(1 + t) for t in range(N_STEPS)]
 
 def run(tx: Any, params: Any = PARAMS, grads: list = GRADS) -> tuple[list, list, Any]:
     """Jitted steps; the params and the eval params after each one, and the last state."""
-
-    @jax.jit
-    def step(params, state, g):
-        u, state = tx.update(g, state, params)
-        params = gradtx.apply_updates(params, u)
-        return params, state, gradtx.eval_params(tx, state, params)
-
-    state, ys, xs = tx.init(params), [], []
-    for g in grads:
-        params, state, x = step(params, state, g)
-        ys.append(params)
-        xs.append(x)
-    return ys, xs, state
+    return eval_trajectory(tx, params, grads)
 
 
 def run_reference(reference: Any, params: Any = PARAMS, grads: list = GRADS) -> tuple:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from trajectories import eval_trajectory
 
 import gradtx
 
@@ -241,17 +242,7 @@ def numpy_ema(params_seq: list, decay: float, debias: bool, start: Any) -> list:
 
 
 def trajectory(tx: Any, grads: list = GRADS, params: Any = PARAMS) -> tuple[list, list]:
-    @jax.jit
-    def step(params, state, g):
-        u, state = tx.update(g, state, params)
-        params = gradtx.apply_updates(params, u)
-        return params, state, gradtx.eval_params(tx, state, params)
-
-    state, ys, xs = tx.init(params), [], []
-    for g in grads:
-        params, state, x = step(params, state, g)
-        ys.append(params)
-        xs.append(x)
+    ys, xs, _ = eval_trajectory(tx, params, grads)
     return ys, xs
 
 
