@@ -7,6 +7,7 @@
 #   make docs    build the documentation into site/
 #   make dist    build the wheel and sdist into dist/, twine check, install the wheel in a clean venv
 #   make bench   run the benchmarks (python -m benchmarks.run)
+#   make chart   redraw docs/images/performance.svg from the snapshots in benchmarks/snapshots/
 #   make clean   remove build, cache and docs output (keeps .venv)
 #
 # The first run creates .venv and installs the package with all extras; the virtual
@@ -31,7 +32,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Silence mkdocs-material's end-of-life banner in build output.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: venv install demo test lint unit quick notebooks docs dist bench clean
+.PHONY: venv install demo test lint unit quick notebooks docs dist bench chart clean
 
 # --- environment -------------------------------------------------------------------------------
 
@@ -126,6 +127,9 @@ demo: install
 
 bench: install
 	$(BIN)/python -m benchmarks.run
+
+chart: $(STAMP)
+	$(BIN)/python -m benchmarks.chart
 
 clean:
 	rm -rf $(SITE_DIR) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

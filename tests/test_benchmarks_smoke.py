@@ -1,7 +1,9 @@
 """The benchmark suite's smoke run: it must keep running, and its figures must be sane."""
 
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +181,55 @@ def test_whole_model_smoke_run(tmp_path):
         # tree vectorise differently) stays near 3e-6 here. Dropping the weight decay, or
         # eps 100x off, moves the GPT's loss by 2e-4 and 7e-5 in the smoke run's 12 steps.
         assert max(losses) - min(losses) <= 2e-5 * max(losses), (name, losses)
+
+
+@pytest.fixture(scope="module")
+def drawn_chart(tmp_path_factory):
+    """The performance page's chart, drawn by `python -m benchmarks.chart` from the committed
+    snapshots into a fresh folder."""
+    out = tmp_path_factory.mktemp("chart") / "performance.svg"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.chart", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _svg_texts(svg: str) -> list[str]:
+    return [html.unescape(t) for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", svg)]
+
+
+def _matplotlib_version(svg: str) -> str | None:
+    found = re.search(r"Matplotlib v([^,<\s]+)", svg)
+    return found and found.group(1)
+
+
+def test_chart_names_every_workload_of_the_snapshots(drawn_chart):
+    snapshots = sorted((ROOT / "benchmarks" / "snapshots").glob("*.json"))
+    assert {p.name for p in snapshots} >= {"cpu.json", "h200.json"}
+    texts = set(_svg_texts(drawn_chart.read_text()))
+    for path in snapshots:
+        snapshot = json.loads(path.read_text())
+        assert snapshot["source"] and snapshot["label"], path.name
+        assert snapshot["rows"], path.name
+        for row in snapshot["rows"]:
+            assert row["workload"] in texts, (path.name, row["workload"])
+            assert row["config"] in texts, (path.name, row["config"])
+    assert "1" in texts  # the 1.0 line's tick: below it gradtx is faster
+
+
+def test_committed_chart_is_drawn_from_the_committed_snapshots(drawn_chart):
+    """`docs/images/performance.svg` is what `make chart` draws from the snapshots now. The
+    SVG is deterministic, so with the matplotlib version that drew it the bytes must agree;
+    another version may lay it out differently, and then its labels and figures must."""
+    committed_path = ROOT / "docs" / "images" / "performance.svg"
+    committed, fresh = committed_path.read_text(), drawn_chart.read_text()
+    stale = "docs/images/performance.svg is stale: run `make chart` and commit it"
+    if _matplotlib_version(committed) == _matplotlib_version(fresh):
+        assert drawn_chart.read_bytes() == committed_path.read_bytes(), stale
+    else:
+        assert _svg_texts(fresh) == _svg_texts(committed), stale
