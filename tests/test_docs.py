@@ -33,6 +33,7 @@ PAGES = [
     "docs/howto-equinox-optax.md",
     "docs/howto-flax-nnx.md",
     "docs/sharding.md",
+    "docs/misuse.md",
 ]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -44,6 +45,7 @@ def _api_targets(path: Path = API_MD) -> list[str]:
 def _public_names() -> list[str]:
     names = [f"gradtx.{n}" for n in gradtx.__all__]
     names += [f"gradtx.paths.{n}" for n in gradtx.paths.__all__]
+    names += [f"gradtx.projections.{n}" for n in gradtx.projections.__all__]
     names += [f"gradtx.schedules.{n}" for n in gradtx.schedules.__all__]
     names += [f"gradtx.tree.{n}" for n in gradtx.tree.__all__]
     names += [f"gradtx.contrib.{n}" for n in gradtx.contrib.__all__]

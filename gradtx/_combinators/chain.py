@@ -9,7 +9,8 @@ import jax.numpy as jnp
 
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
-from gradtx._core.widening import is_narrow, widening
+from gradtx._core.widening import Widening, is_narrow, widening
+from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["Chain", "chain", "named_chain"]
 
@@ -110,13 +111,14 @@ class Chain(Transformation):
         """Run each child's update in order, passing `params` and `**extra` along.
 
         Updates narrower than float32 (bfloat16, float16) travel between the children in
-        float32 and are rounded back to their own dtype once, at the end.
+        float32 and are rounded once, at the end, to the promoted dtype of the gradient and
+        the state the children read for that path.
         """
         new_state = dict(state) if isinstance(state, dict) else state
         given = updates
-        with widening() as widen:
+        with widening() as block:
             if len(self.transforms) > 1:  # see gradtx/_core/widening.py
-                updates = jax.tree.map(widen, updates)
+                updates = jax.tree.map(block.widen, updates)
             for name, tx in zip(self.names, self.transforms):
                 child = self._child_state(state, name, tx)
                 updates, child = tx.update(updates, child, params, **extra)
@@ -124,22 +126,39 @@ class Chain(Transformation):
                     new_state.update(child)
                 else:
                     new_state[name] = child
-        if updates is not given:
-            updates = _narrowed_back(updates, given)
+            if updates is not given:
+                updates = _narrowed_back(updates, given, block)
         return updates, new_state
 
 
-def _narrowed_back(updates: Any, given: Any) -> Any:
-    """`updates` with each leaf that was narrow in `given` back in that dtype."""
-    leaves, treedef = jax.tree.flatten(updates)
-    before, before_def = jax.tree.flatten(given)
-    if treedef != before_def:  # a child changed the structure: leave its dtypes alone
+def _narrowed_back(updates: Any, given: Any, block: Widening) -> Any:
+    """`updates`, each leaf that was narrow in `given` rounded once.
+
+    It is rounded to the promoted dtype of its gradient and the state read for its path: its
+    own dtype when that state is narrow too, or none was read.
+    """
+    paths, leaves, treedef = flatten(updates)
+    g_paths, before, before_def = flatten(given)
+    if treedef != before_def or paths != g_paths:  # a child changed the structure
         return updates
-    out = [
-        u.astype(g.dtype) if is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 else u
-        for u, g in zip(leaves, before)
-    ]
+    out = []
+    for path, u, g in zip(paths, leaves, before):
+        if is_unit(g) and is_unit(u):
+            buffers = tuple(
+                _rounded(ub, gb, block.update_dtype((path, i), gb))
+                for i, (ub, gb) in enumerate(zip(u.buffers, g.buffers))
+            )
+            out.append(u.replace(buffers))
+        else:
+            out.append(_rounded(u, g, None if g is None else block.update_dtype(path, g)))
     return treedef.unflatten(out)
+
+
+def _rounded(u: Any, g: Any, dtype: Any) -> Any:
+    """`u` rounded to `dtype` when its gradient `g` was narrow and the chain widened it."""
+    if is_narrow(g) and getattr(u, "dtype", None) == jnp.float32 and dtype != u.dtype:
+        return u.astype(dtype)
+    return u
 
 
 def chain(*transforms: Any) -> Chain:

@@ -11,6 +11,7 @@ from jax import lax
 
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.widening import shaped_like
 from gradtx._layouts.step_counts import split_where_absent
 from gradtx._paths.subset import present_paths
 
@@ -99,13 +100,15 @@ class ConditionallyTransform(Transformation):
         def run(inner_state: Any) -> tuple[Any, Any]:
             return self.inner.update(updates, inner_state, params, **extra)
 
-        def skip(inner_state: Any) -> tuple[Any, Any]:
-            if self.zero_skipped:
-                return jax.tree.map(jnp.zeros_like, updates), inner_state
-            return updates, inner_state
-
         # Both branches return the layout a partial update gives the step counts.
         inner = split_where_absent(state["inner"], updates)
+        ran = jax.eval_shape(run, inner)[0]  # the update dtypes (state may widen them)
+
+        def skip(inner_state: Any) -> tuple[Any, Any]:
+            if self.zero_skipped:
+                return shaped_like(jax.tree.map(jnp.zeros_like, updates), ran), inner_state
+            return shaped_like(updates, ran), inner_state
+
         new_updates, inner_state = lax.cond(active, run, skip, inner)
         return new_updates, {"step": safe_increment(state["step"]), "inner": inner_state}
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._combinators.schedule_free import check_number, own_copy
 from gradtx._core.apply import apply_updates
 from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
-from gradtx._core.module import field, hyperparam, static
+from gradtx._core.module import decay_rate, field, hyperparam, static
 from gradtx._core.protocol import (
     Transformation,
     as_transformation,
@@ -26,7 +26,7 @@ class EmaParams(Transformation):
 
     name: ClassVar[str] = "ema_params"
     inner: Any = field(converter=as_transformation)
-    decay: Any = hyperparam(0.999)
+    decay: Any = hyperparam(0.999, check=decay_rate)
     debias: bool = static(True)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
@@ -109,7 +109,9 @@ class EmaParams(Transformation):
             return jnp.where(t > 0, ema / safe, y.astype(dtype)).astype(y.dtype), {}
 
         slots = {k: state[k] for k in self.state_keys()[1:]}
-        return update_slots(average, params, slots, owner=f"{self.name}.eval_params")[0]
+        return update_slots(
+            average, params, slots, owner=f"{self.name}.eval_params", element_slots=()
+        )[0]  # in the params' own dtypes
 
 
 def ema_params(

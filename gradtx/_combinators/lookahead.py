@@ -109,7 +109,9 @@ class Lookahead(Transformation):
             return (param.astype(dtype) - gap.astype(dtype)).astype(param.dtype), {}
 
         gaps = {"fast_minus_slow": state["fast_minus_slow"]}
-        return update_slots(slow, params, gaps, owner=f"{self.name}.slow_params")[0]
+        return update_slots(slow, params, gaps, owner=f"{self.name}.slow_params", element_slots=())[
+            0
+        ]  # in the params' own dtypes
 
 
 def lookahead(

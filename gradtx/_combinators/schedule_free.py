@@ -67,7 +67,7 @@ class ScheduleFree(Transformation):
     """A base optimizer made schedule-free (see `schedule_free`)."""
 
     base: Any = field(converter=as_transformation)
-    learning_rate: Any = hyperparam()
+    learning_rate: Any = hyperparam(required=True)
     b1: Any = hyperparam(0.9)
     weight_lr_power: Any = hyperparam(2.0)
     state_dtype: Any = static(None, converter=dtype_or_none)
@@ -145,7 +145,7 @@ class ScheduleFree(Transformation):
             out = ck * (z - yy) + (1 - beta * (1 - ck)) * du
             new = {"z": z + du, "weight_sum": weight_sum, "max_lr": max_lr}
             # (a shared count advances by itself; a packed buffer's is advanced here)
-            return out.astype(u.dtype), {**new, "count": slots["count"] + jnp.int32(1)}
+            return out, {**new, "count": slots["count"] + jnp.int32(1)}
 
         new_updates, slots = update_slots(
             step,
@@ -154,6 +154,7 @@ class ScheduleFree(Transformation):
             params,
             owner=self.name,
             needs_params=True,
+            element_slots=("z",),
         )
         return new_updates, {"base": base_state, **slots}
 
@@ -178,7 +179,9 @@ class ScheduleFree(Transformation):
             return (yy + ratio * (yy - z)).astype(y.dtype), {}
 
         owner = f"{self.name}.eval_params"
-        return update_slots(average, params, {"z": state["z"]}, owner=owner)[0]
+        return update_slots(average, params, {"z": state["z"]}, owner=owner, element_slots=())[
+            0
+        ]  # in the params' own dtypes
 
 
 def schedule_free(

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from gradtx._core.boundary import check_leaves
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.lift import cast, promoted
 from gradtx._layouts.packed import check_same_layout
@@ -18,6 +19,11 @@ __all__ = ["apply_updates"]
 
 def apply_updates(params: Any, updates: Any) -> Any:
     """Return `params + updates`, matched by path, each result in its parameter's dtype.
+
+    Each sum is taken in the promoted dtype of the parameter and its update and rounded once
+    to the parameter's dtype: a float32 update (from float32 optimizer state) of a bfloat16
+    parameter is added in float32. Code that adds updates by hand must do the same cast
+    (`(p + u).astype(p.dtype)`), or the sum comes out in the update's wider dtype.
 
     Params whose update is `None` or absent are returned unchanged (the same array), so a
     partial update tree touches only its paths. The containers may differ (a dict of updates
@@ -37,6 +43,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
     """
     p_paths, p_leaves, treedef = flatten(params)
     u_paths, u_leaves, _ = flatten(updates)
+    check_leaves("apply_updates", "updates", u_paths, u_leaves)
     index = {path: i for i, path in enumerate(p_paths)}
     out = list(p_leaves)
     targets, pairs = [], []
@@ -60,6 +67,8 @@ def apply_updates(params: Any, updates: Any) -> Any:
                 f"apply_updates: at path {path!r} the update has shape {jnp.shape(u)} but the "
                 f"parameter has shape {jnp.shape(p_leaves[i])}."
             )
+        # A parameter without an update may be anything (an Equinox module's activation).
+        check_leaves("apply_updates", "params", [path], [p_leaves[i]])
         targets.append(i)
         pairs.append((p_leaves[i], u))
     # Only the updated leaves go through the (eagerly: compiled) sum; the others are

@@ -18,6 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from gradtx._core.boundary import partial_allowed
+
 __all__ = ["eager_dispatch"]
 
 
@@ -37,8 +39,10 @@ def _dispatchable(trees: tuple) -> bool:
     return not jax.config.jax_disable_jit
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _run(method: Callable, *args: Any, **kwargs: Any) -> Any:
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _run(method: Callable, partial: bool, *args: Any, **kwargs: Any) -> Any:
+    # `partial` (whether the running update was declared partial, see gradtx/_core/boundary.py)
+    # is part of the cache key: the completeness check runs while tracing.
     return method(*args, **kwargs)
 
 
@@ -52,7 +56,7 @@ def eager_dispatch(method: Callable) -> Callable:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _dispatchable((*args, kwargs)):
-            return _run(method, *args, **kwargs)
+            return _run(method, partial_allowed(), *args, **kwargs)
         return method(*args, **kwargs)
 
     wrapper.__wrapped_eager__ = method  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ from gradtx._core.lift import init_slots, update_slots
 from gradtx._core.module import Module
 from gradtx._core.protocol import Transformation, check_state_keys
 from gradtx._paths.cache import BoundedCache
+from gradtx._paths.paths import flatten
 
 __all__ = ["ElementwiseTransform", "hyperparam_at"]
 
@@ -92,6 +94,8 @@ class ElementwiseTransform(Transformation):
 
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""
+        if "nu" in self.state_keys() and getattr(self, "nu_dtype", False) is None:
+            warn_float16_second_moment(self.name, params, self.selected_paths(params, params))
         keys = self.slot_keys()
         counts = [k for k in keys if k in self.step_count_slots]
         return init_slots(params, self.init_leaf, keys, step_counts=counts)
@@ -115,6 +119,30 @@ class ElementwiseTransform(Transformation):
             where=self.selected_paths(updates, params),
             per_leaf=self.per_leaf_structure,
             masked_update=self.masked_update_leaf,
+        )
+
+
+def warn_float16_second_moment(owner: str, params: Any, where: set[str] | None = None) -> None:
+    """Warn when float16 params would keep a second moment (`nu`) in float16.
+
+    A squared gradient underflows there: 1e-3 squares to 1e-6, below float16's smallest
+    normal number (6e-5), so `nu` rounds towards zero and `g / sqrt(nu)` blows up (a 1e-3
+    gradient gave a -100 update). bfloat16 has float32's range and is not affected.
+    """
+    paths, leaves, _ = flatten(params)
+    narrow = [
+        p
+        for p, x in zip(paths, leaves)
+        if getattr(x, "dtype", None) == jnp.float16 and (where is None or p in where)
+    ]
+    if narrow:
+        shown = ", ".join(repr(p) for p in narrow[:4]) + (", ..." if len(narrow) > 4 else "")
+        warnings.warn(
+            f"{owner}: the float16 params at {shown} keep the second moment `nu` in float16, "
+            "where squared gradients underflow and updates blow up. Pass "
+            "`nu_dtype=jnp.float32`.",
+            UserWarning,
+            stacklevel=3,
         )
 
 

@@ -16,7 +16,7 @@ shape (per-leaf norms, matrices) says so with `per_leaf=True` and runs leaf by l
 
 from __future__ import annotations
 
-import functools
+import difflib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._core.boundary import check_complete
+from gradtx._core.widening import note_state_read, promoted
 from gradtx._layouts.complex import (
     check_same_kind,
     from_real,
@@ -45,6 +47,7 @@ __all__ = [
     "init_slots",
     "map_updates",
     "split_explicitly",
+    "update_dtype",
     "update_slots",
     "zeros_for",
 ]
@@ -58,17 +61,6 @@ def compute_dtype(*arrays: Any) -> Any:
     Hyperparameters are float32, so `b2 = 0.999` never rounds to 1 for bfloat16 params.
     """
     return promoted(jnp.float32, *(a.dtype for a in arrays))
-
-
-@functools.lru_cache(maxsize=1024)
-def promoted(*dtypes: Any) -> Any:
-    """The dtype that standard promotion gives `dtypes`, even under strict promotion.
-
-    The dtypes are combined on purpose. Cached: entering the promotion context costs
-    microseconds, and per-leaf math asks once per leaf on every trace.
-    """
-    with jax.numpy_dtype_promotion("standard"):
-        return functools.reduce(jnp.promote_types, dtypes)
 
 
 def cast(x: Any, dtype: Any) -> Any:
@@ -90,6 +82,32 @@ def as_stored(value: Any, slot: Any) -> Any:
     of copying it first; it also makes a restored checkpoint continue bit-for-bit.
     """
     return cast(cast(value, slot.dtype), value.dtype)
+
+
+def update_dtype(g: Any, slots: dict[str, Any], key: Any = None) -> Any:
+    """The dtype of the update at one path.
+
+    It is the promoted dtype of the gradient `g` and of the floating state `slots` it read: a
+    bfloat16 gradient with float32 moments gives float32, with bfloat16 moments bfloat16.
+
+    Within a chain, the read is noted under `key` so the chain rounds that path's update to
+    the same dtype at its end (see gradtx/_core/widening.py).
+    """
+    read = [v.dtype for v in slots.values() if _is_float(v)]
+    if not read:
+        return g.dtype
+    read_dtype = promoted(*read)
+    if key is not None:
+        note_state_read(key, read_dtype)
+    return promoted(g.dtype, read_dtype)
+
+
+def _only(slots: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    return {name: value for name, value in slots.items() if name in names}
+
+
+def _is_float(x: Any) -> bool:
+    return jnp.issubdtype(getattr(x, "dtype", np.int32), jnp.floating)
 
 
 def zeros_for(param: Any, dtype: Any = None) -> jax.Array:
@@ -169,6 +187,13 @@ def init_slots(
         if param is None or (where is not None and path not in where):
             continue
         param = _as_param(param, path)
+        if slots and not jnp.issubdtype(param.dtype, jnp.inexact):  # state for an int param
+            raise TypeError(
+                f"init: the parameter at {path!r} has dtype {jnp.dtype(param.dtype).name}: "
+                "integer and boolean parameters cannot be trained by gradient steps. Leave it "
+                "out of the params (`eqx.filter(model, eqx.is_inexact_array)` for an Equinox "
+                "module), freeze it (`gradtx.freeze`) or mask it out (`gradtx.masked`)."
+            )
         if is_complex(param):  # complex as pairs of reals: state in the real layout
             param = to_real(param)
         for name, value in leaf_init(param).items():
@@ -200,13 +225,38 @@ def _init_unit(param: Packed, leaf_init: Callable[[Any], dict]) -> dict[str, Pac
     return {name: param.replace(tuple(b[name] for b in per_buffer)) for name in per_buffer[0]}
 
 
-def _missing_state(owner: str, slot: str, path: str, known: dict) -> KeyError:
+def _slot_paths(slots: Slots) -> list[str]:
+    """The parameter paths that have state, in order."""
+    seen: dict[str, None] = {}
+    for values in slots.values():
+        seen.update(dict.fromkeys(values))
+    return list(seen)
+
+
+def _missing_state(
+    owner: str, slot: str, path: str, known: dict, by_path: dict[str, Any] | None
+) -> KeyError:
+    """The error for a gradient path without state.
+
+    It blames the gradients when the params lack the path too (a typo or a renamed key), else
+    the params (changed since `init`).
+    """
+    if by_path is not None and by_path.get(path) is None:
+        near = difflib.get_close_matches(path, [p for p in by_path if p not in known], n=1)
+        near = near or difflib.get_close_matches(path, list(by_path), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return KeyError(
+            f"{owner}: the gradients have an entry at {path!r}{hint}, but the params have no "
+            "parameter there. The gradient tree must have the params' paths: check its keys "
+            "(a typo, a renamed or an extra entry)."
+        )
     hint = ", ".join(repr(p) for p in list(known)[:6])
     return KeyError(
-        f"{owner}: the state has no {slot!r} entry for path {path!r}. The params changed since "
-        f"`init` (state paths: {hint}{', ...' if len(known) > 6 else ''}). Call "
-        "`gradtx.reconcile(tx, state, params)` to keep the surviving state and initialise "
-        "the new paths."
+        f"{owner}: the state has no {slot!r} entry for path {path!r}, which the gradients "
+        f"have (state paths: {hint}{', ...' if len(known) > 6 else ''}). If the params changed "
+        "since `init`, call `gradtx.reconcile(tx, state, params)` to keep the surviving state "
+        "and initialise the new paths; else the gradients' keys are wrong (a typo or an extra "
+        "entry)."
     )
 
 
@@ -230,6 +280,7 @@ def update_slots(
     where: set[str] | None = None,
     per_leaf: bool = False,
     masked_update: Callable[..., tuple[Any, dict]] | None = None,
+    element_slots: Iterable[str] | None = None,
 ) -> tuple[Any, Slots]:
     """Apply `leaf_update(g, leaf_slots, param) -> (u, new_leaf_slots)` to every present path.
 
@@ -247,6 +298,9 @@ def update_slots(
             packed buffer that `where` selects in part (`selected`: a bool array shaped like
             the buffer); it must equal `leaf_update` where `selected` and leave the rest as
             it was. Without it, such a buffer is an error naming the path.
+        element_slots: the slots that hold a value per element of the parameter (default:
+            all); the update comes out in the promoted dtype of the gradient and these slots
+            (see `update_dtype`), so float32 bookkeeping scalars do not widen it.
 
     Returns:
         The new updates (same structure as `updates`) and the new slots, in which only the
@@ -255,9 +309,12 @@ def update_slots(
     """
     paths, leaves, treedef = flatten(updates)
     by_path = _params_by_path(params, owner, needs_params)
+    if by_path is None:  # with params, the outermost `update` checked them (see protocol.py)
+        check_complete(owner, paths, _slot_paths(slots))
     counts = {name for name, values in slots.items() if isinstance(values, StepCounts)}
     new_slots = {name: dict(values) for name, values in slots.items() if name not in counts}
     advanced: set[str] = set()
+    read = set(slots) if element_slots is None else set(element_slots)
     out = []
     for path, g in zip(paths, leaves):
         if g is None or (where is not None and path not in where and not is_unit(g)):
@@ -266,7 +323,7 @@ def update_slots(
         leaf_slots = {}
         for name, values in slots.items():
             if path not in values:
-                raise _missing_state(owner, name, path, values)
+                raise _missing_state(owner, name, path, values, by_path)
             leaf_slots[name] = values[path]
         if is_unit(g):
             param = by_path.get(path) if by_path is not None else None
@@ -281,6 +338,7 @@ def update_slots(
                 where,
                 per_leaf,
                 masked_update,
+                read,
             )
             out.append(u)
             for name, value in changed.items():
@@ -303,6 +361,7 @@ def update_slots(
             u = from_real(u, g.dtype)
         else:
             u, changed = leaf_update(g, leaf_slots, param)
+            u = cast(u, update_dtype(g, _only(leaf_slots, read), path))
         out.append(u)
         advanced.add(path)
         for name, value in changed.items():
@@ -344,6 +403,7 @@ def _update_unit(
     where: set[str] | None,
     per_leaf: bool,
     masked_update: Callable[..., tuple[Any, dict]] | None,
+    read: set[str],
 ) -> tuple[Packed, dict[str, Packed]]:
     """`update_slots` for packed params: the math per buffer (or per leaf if `per_leaf`)."""
     reject_complex_packed(g.buffers, owner, path)
@@ -364,7 +424,10 @@ def _update_unit(
         if mask is False:
             u, changed = grad, {}
         elif per_leaf:
-            u, changed = _update_by_leaf(leaf_update, grad, slots_g, param_g, layout, group, mask)
+            dtype = update_dtype(grad, _only(slots_g, read))
+            u, changed = _update_by_leaf(
+                leaf_update, grad, slots_g, param_g, layout, group, mask, dtype
+            )
         elif mask is True:
             u, changed = leaf_update(grad, slots_g, param_g)
         elif masked_update is None:
@@ -375,6 +438,8 @@ def _update_unit(
             )
         else:
             u, changed = masked_update(grad, slots_g, param_g, _mask_array(mask))
+        if mask is not False:
+            u = cast(u, update_dtype(grad, _only(slots_g, read), (path, group)))
         new_u.append(u)
         for name, old in slots_g.items():
             new_slots[name].append(cast(changed.get(name, old), old.dtype))
@@ -460,8 +525,9 @@ def _update_by_leaf(
     layout: Any,
     group: int,
     mask: Any,
+    dtype: Any,
 ) -> tuple[Any, dict]:
-    """Run per-leaf math on each leaf of one buffer and concatenate the results back."""
+    """Per-leaf math on each leaf of one buffer, the updates in `dtype` concatenated back."""
     pieces: list = []
     slot_pieces: dict[str, list] = {name: [] for name in slots_g}
     for spec in layout.by_group[group]:
@@ -476,7 +542,7 @@ def _update_by_leaf(
             u, changed = leaf_update(g_leaf, old, None if param_g is None else cut(param_g))
         else:
             u, changed = g_leaf, {}
-        pieces.append(u)
+        pieces.append(cast(u, dtype))
         for name in slots_g:
             slot_pieces[name].append(changed.get(name, old[name]))
     out = {}
@@ -486,7 +552,7 @@ def _update_by_leaf(
         else:
             out[name] = join_leaves(values, np.shape(slots_g[name])) if values else slots_g[name]
     u = join_leaves(pieces, np.shape(grad)) if pieces else grad
-    return u.astype(grad.dtype), out
+    return u, out
 
 
 def dtype_or_none(dtype: Any, name: str = "dtype") -> Any:

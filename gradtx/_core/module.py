@@ -23,7 +23,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Module", "as_float", "as_int", "field", "hyperparam", "static"]
+__all__ = [
+    "Module",
+    "as_float",
+    "as_int",
+    "decay_rate",
+    "field",
+    "hyperparam",
+    "momentum_rate",
+    "non_negative",
+    "positive",
+    "static",
+]
 
 
 def field(*, static: bool = False, converter: Callable | None = None, **kwargs: Any) -> Any:
@@ -127,13 +138,65 @@ def as_ints(value: Any, name: str = "value") -> Any:
     return _as_vector(value, name, as_int)
 
 
-def hyperparam(default: Any = dataclasses.MISSING) -> Any:
+def decay_rate(value: float) -> str | None:
+    """A rate of an exponential moving average (Adam's betas): in [0, 1)."""
+    return None if 0 <= value < 1 else "must be in [0, 1) (a decay rate)"
+
+
+def momentum_rate(value: float) -> str | None:
+    """A momentum: in (-1, 1) (negative momentum has its uses in games)."""
+    return None if -1 < value < 1 else "must be in (-1, 1) (a momentum)"
+
+
+def non_negative(value: float) -> str | None:
+    """An epsilon, an offset: at least 0."""
+    return None if value >= 0 else "must be >= 0"
+
+
+def positive(value: float) -> str | None:
+    """A clipping threshold, a norm bound: at least 0, and `inf` means no bound."""
+    return None if value >= 0 else "must be >= 0 (a negative bound flips the update's sign)"
+
+
+positive.allows_inf = True  # type: ignore[attr-defined]
+
+
+def hyperparam(
+    default: Any = dataclasses.MISSING,
+    *,
+    check: Callable[[float], str | None] | None = None,
+    required: bool = False,
+) -> Any:
     """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
 
     Numbers are stored as `np.float32` scalars, arrays and tracers as JAX float32 arrays
-    (see `as_float`).
+    (see `as_float`). A number is validated at construction: it must be finite and pass
+    `check` (a function of the value returning what is wrong, or None). Arrays and traced
+    values are not checked, since that would need their value on the host. `required`: the
+    value may not be None.
     """
-    return field(default=default, converter=as_float)
+    metadata = {"static": False, "converter": as_float, "check": check, "required": required}
+    return dataclasses.field(default=default, metadata={**metadata, "hyperparam": True})
+
+
+def _validate(owner: str, name: str, value: Any, given: Any, f: dataclasses.Field) -> None:
+    """Raise if a hyperparameter given as a number is out of range (see `hyperparam`)."""
+    if value is None:
+        if f.metadata.get("required"):
+            raise TypeError(
+                f"{owner}: `{name}` must be a number, an array or a schedule, got None."
+            )
+        return
+    if not isinstance(value, np.generic):
+        return  # an array, a tracer or a schedule: not known here without a host sync
+    number = float(value)
+    check = f.metadata.get("check")
+    finite = np.isfinite(number) or (number == np.inf and getattr(check, "allows_inf", False))
+    problem = None if finite else "must be finite"
+    if problem is None and check is not None:
+        problem = check(number)
+    if problem is not None:
+        raise ValueError(f"{owner}: `{name}` {problem}, got {given!r}.")
 
 
 def _format_value(value: Any) -> str:
@@ -191,11 +254,15 @@ class Module:
         )
 
     def __post_init__(self) -> None:
+        owner = getattr(type(self), "name", None)
+        owner = owner if isinstance(owner, str) else type(self).__name__
         for f in dataclasses.fields(self):
             convert = f.metadata.get("converter")
             if convert is not None:
                 value = getattr(self, f.name)
                 converted = convert(value, f"{type(self).__name__}.{f.name}")
+                if f.metadata.get("hyperparam"):
+                    _validate(owner, f.name, converted, value, f)
                 object.__setattr__(self, f.name, converted)
         self.__check__()
 

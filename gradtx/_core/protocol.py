@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -10,9 +11,11 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
+from gradtx._core.boundary import check_complete, check_leaves, declared, outermost
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.foreign import factory_name, injected_hyperparams, keyed, plain
 from gradtx._core.module import Module, static
+from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 
 __all__ = [
@@ -29,6 +32,110 @@ Updates = Any
 Params = Any
 
 
+def _checking_schedules(init: Any) -> Any:
+    """`init` that first checks what each schedule hyperparameter returns."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        check_schedules(self)
+        return init(self, *args, **kwargs)
+
+    wrapper.__checks_schedules__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def check_schedules(tx: Any) -> None:
+    """Raise if a hyperparameter given as a schedule does not return one number per step.
+
+    Each schedule (or plain function of the step) is traced once, abstractly, at a scalar
+    int32 step: it must return a real numeric scalar (shape `()`). The error names the
+    transformation, the argument, and the shape or type it returned.
+    """
+    for f in dataclasses.fields(tx):
+        if not f.metadata.get("hyperparam"):
+            continue
+        value = getattr(tx, f.name)
+        if not (isinstance(value, Module) or callable(value)):
+            continue
+        returned: list[Any] = []
+
+        def probe(step: Any, schedule: Any = value, returned: list = returned) -> Any:
+            out = schedule(step)
+            returned.append(out)
+            return out if isinstance(out, (jax.Array, np.ndarray, np.generic)) else None
+
+        try:
+            out = jax.eval_shape(probe, jax.ShapeDtypeStruct((), np.int32))
+        except Exception as e:  # noqa: BLE001 - any failure is the schedule's: say whose
+            raise TypeError(
+                f"{tx.name}: the schedule given as `{f.name}` fails when called with a step "
+                f"count (an int32 scalar): {type(e).__name__}: {e}"
+            ) from e
+        if out is None:
+            kind = type(returned[0]).__name__ if returned else "nothing"
+            numeric = (
+                returned
+                and isinstance(returned[0], (int, float))
+                and not isinstance(returned[0], bool)
+            )
+            if numeric:
+                continue  # a constant Python number: fine
+            problem = f"type {kind}"
+        elif out.shape != () or not _is_real_number(out.dtype):
+            problem = f"shape {out.shape}, dtype {out.dtype}"
+        else:
+            continue
+        raise TypeError(
+            f"{tx.name}: the schedule given as `{f.name}` must return a real number per step "
+            f"(shape ()), got {problem}."
+        )
+
+
+def _is_real_number(dtype: Any) -> bool:
+    return bool(
+        jax.dtypes.issubdtype(dtype, np.integer) or jax.dtypes.issubdtype(dtype, np.floating)
+    )
+
+
+def _checking_paths(update: Any) -> Any:
+    """`update` that first checks that the gradients cover the params' paths.
+
+    Only in the user's own call, not a combinator's (see gradtx/_core/boundary.py), and at
+    trace time only, since it runs inside the eager dispatch.
+    """
+
+    @functools.wraps(update)
+    def wrapper(
+        self: Any, updates: Any, state: Any, params: Any = None, **extra: Any
+    ) -> tuple[Any, Any]:
+        if outermost():
+            given, grads, _ = flatten(updates)
+            check_leaves(self.name, "gradients", given, grads)
+            if params is not None:
+                wanted, leaves, _ = flatten(params)
+                # A parameter without a gradient may be anything (an Equinox activation).
+                with_grad = {p for p, g in zip(given, grads) if g is not None}
+                chosen = [(p, x) for p, x in zip(wanted, leaves) if p in with_grad]
+                check_leaves(self.name, "params", [p for p, _ in chosen], [x for _, x in chosen])
+                present = (p for p, x in zip(wanted, leaves) if x is not None)
+                check_complete(self.name, given, present)
+        return update(self, updates, state, params, **extra)
+
+    return wrapper
+
+
+def _declaring_partial(update: Any) -> Any:
+    """`update` taking the keyword `partial` (declare a partial update; see `Transformation`)."""
+
+    @functools.wraps(update)
+    def wrapper(self: Any, *args: Any, partial: bool = False, **kwargs: Any) -> Any:
+        with declared(partial):
+            return update(self, *args, **kwargs)
+
+    wrapper.__wrapped_eager__ = update.__wrapped_eager__  # type: ignore[attr-defined]
+    return wrapper
+
+
 class Transformation(Module):
     """Base class of every gradtx transformation.
 
@@ -42,7 +149,9 @@ class Transformation(Module):
         update(updates, state, params=None, **extra) -> (updates, state)
 
     `update` acts on the paths present in `updates` (`None` leaves mean "no gradient": no update,
-    and that path's state does not move). Unknown `**extra` arguments are ignored.
+    and that path's state does not move). A gradient tree that lacks parameter paths is an
+    error unless the call says `partial=True` (see gradtx/_core/boundary.py). Unknown `**extra`
+    arguments are ignored.
     """
 
     name: ClassVar[str] = "transformation"
@@ -52,7 +161,10 @@ class Transformation(Module):
         # Eager `update` calls run one cached compiled program (see gradtx/_core/dispatch.py).
         update = cls.__dict__.get("update")
         if update is not None and not hasattr(update, "__wrapped_eager__"):
-            cls.update = eager_dispatch(update)
+            cls.update = _declaring_partial(eager_dispatch(_checking_paths(update)))
+        init = getattr(cls, "init", None)  # a mixin's `init` too
+        if init is not None and not hasattr(init, "__checks_schedules__"):
+            cls.init = _checking_schedules(init)
 
     def init(self, params: Params) -> State:
         """Initial state for `params` (arrays or `jax.ShapeDtypeStruct` leaves)."""

@@ -295,7 +295,11 @@ def select(
         raise SelectorError(
             f"`{argument}`: the selector {sel!r} matches no path. The tree's paths are: "
             f"{_sample([p for p, x in zip(paths_, leaves_) if x is not None])}. "
-            "Pass strict=False if an empty selection is intended."
+            + (
+                "Pass strict=False if an empty selection is intended."
+                if argument == "selector"  # `select` itself; a combinator takes no `strict`
+                else "If no parameter should be selected, leave the transformation out."
+            )
         )
     return [p for p in paths_ if p in chosen]
 
@@ -331,6 +335,8 @@ def resolve_labels(
     paths_, leaves_, _ = flatten(tree)
     tree_paths = [p for p, x in zip(paths_, leaves_) if x is not None]
     out: dict[str, Hashable] = {}
+    if isinstance(labels, Mapping) and known is not None and not set(labels) <= set(known):
+        _check_label_tree_reading(labels, known, argument)
     if isinstance(labels, Mapping) and (known is None or set(labels) <= set(known)):
         owners: dict[str, list] = {p: [] for p in tree_paths}
         for label, selector in labels.items():
@@ -356,7 +362,7 @@ def resolve_labels(
                     "pass the label tree f(params) itself."
                 )
     else:
-        out = _labels_from_tree(labels, tree_paths, argument)
+        out = _labels_from_tree(labels, tree_paths, argument, strict=strict)
     if known is not None:
         for p, label in out.items():
             if label not in known:
@@ -372,8 +378,36 @@ def _is_label_tree(obj: Any) -> bool:
     return bool(leaves_) and all(isinstance(x, (str, int)) for x in leaves_)
 
 
-def _labels_from_tree(labels: Any, tree_paths: list[str], argument: str) -> dict[str, Hashable]:
+def _check_label_tree_reading(labels: Mapping, known: tuple, argument: str) -> None:
+    """A dict whose keys are not all labels is a tree of labels only if its values are labels.
+
+    Otherwise it is ambiguous (most often a `{label: selector}` dict with a label that has no
+    transformation): raise, showing both readings.
+    """
+    values = [x for x in jax.tree_util.tree_leaves(labels) if x is not None]
+    if values and all(isinstance(x, Hashable) and x in known for x in values):
+        return
+    unknown = [k for k in labels if k not in known]
+    not_labels = [x for x in values if not (isinstance(x, Hashable) and x in known)]
+    raise LabelError(
+        f"`{argument}` is a dict that reads neither way. As `{{label: selector}}`, its keys "
+        f"{unknown} have no transformation (the transformations are {list(known)}). As a tree "
+        f"of labels shaped like the params, its values {_sample(not_labels)} are not labels. "
+        "Give each label a transformation, or each parameter path a label."
+    )
+
+
+def _labels_from_tree(
+    labels: Any, tree_paths: list[str], argument: str, *, strict: bool = True
+) -> dict[str, Hashable]:
     items = [(p, x) for p, x in zip(*flatten(labels)[:2]) if x is not None]
+    if strict:
+        for p, label in items:
+            if not any(_is_prefix(p, path) for path in tree_paths):
+                raise LabelError(
+                    f"`{argument}`: the label tree's entry {p!r} (label {label!r}) matches no "
+                    f"parameter; the params' paths are {_sample(tree_paths)}."
+                )
     out = {}
     for path in tree_paths:
         owners = [(p, x) for p, x in items if _is_prefix(p, path)]

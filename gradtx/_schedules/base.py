@@ -17,11 +17,25 @@ import numpy as np
 
 from gradtx._core.module import Module, as_int, as_ints, field, hyperparam, static
 
-__all__ = ["Schedule", "constant", "join"]
+__all__ = ["Schedule", "as_length", "constant", "join"]
 
 
-def steps_field(default: Any = dataclasses.MISSING) -> Any:
-    return field(default=default, converter=as_int)
+def steps_field(default: Any = dataclasses.MISSING, *, length: bool = False) -> Any:
+    """A step-valued field (int32); a `length` of steps may exceed int32 (see `as_length`)."""
+    return field(default=default, converter=as_length if length else as_int)
+
+
+def as_length(value: Any, name: str = "value") -> Any:
+    """A number of steps: int32, or float32 beyond int32's range.
+
+    The step count is int32, so such a length is never reached, but the schedule is well
+    defined: `cosine_decay(1000.0, decay_steps=1e10)` decays by a tiny amount per step, as the
+    user asked. The schedule's arithmetic runs in float32 either way.
+    """
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if abs(float(value)) > np.iinfo(np.int32).max:
+            return np.float32(value)
+    return as_int(value, name)
 
 
 def as_f32(x: Any) -> jax.Array:

@@ -29,7 +29,7 @@ class Polynomial(Schedule):
     init_value: Any = hyperparam()
     end_value: Any = hyperparam()
     power: Any = hyperparam()
-    transition_steps: Any = steps_field()
+    transition_steps: Any = steps_field(length=True)
     transition_begin: Any = steps_field(0)
 
     def __check__(self) -> None:
@@ -37,8 +37,9 @@ class Polynomial(Schedule):
 
     def __call__(self, step: Any) -> jax.Array:
         """`(init - end) * (1 - t/T)**power + end`, `t` clipped to `[0, T]`."""
-        t = jnp.clip(jnp.asarray(step) - self.transition_begin, 0, self.transition_steps)
-        frac = 1 - as_f32(t) / as_f32(self.transition_steps)
+        length = as_f32(self.transition_steps)
+        t = jnp.clip(as_f32(jnp.asarray(step) - self.transition_begin), 0, length)
+        frac = 1 - t / length
         return (self.init_value - self.end_value) * frac**self.power + self.end_value
 
 
@@ -46,7 +47,7 @@ class CosineDecay(Schedule):
     """Cosine decay from `init_value` to `alpha * init_value` (see `cosine_decay`)."""
 
     init_value: Any = hyperparam()
-    decay_steps: Any = steps_field()
+    decay_steps: Any = steps_field(length=True)
     alpha: Any = hyperparam(0.0)
     exponent: Any = hyperparam(1.0)
 
@@ -55,8 +56,9 @@ class CosineDecay(Schedule):
 
     def __call__(self, step: Any) -> jax.Array:
         """`init * ((1 - alpha) * c**exponent + alpha)`, `c = (1 + cos(pi t / T)) / 2`."""
-        t = as_f32(jnp.clip(jnp.asarray(step), 0, self.decay_steps))
-        cosine = 0.5 * (1 + jnp.cos(math.pi * t / as_f32(self.decay_steps)))
+        length = as_f32(self.decay_steps)
+        t = jnp.clip(as_f32(step), 0, length)
+        cosine = 0.5 * (1 + jnp.cos(math.pi * t / length))
         return self.init_value * ((1 - self.alpha) * cosine**self.exponent + self.alpha)
 
 
@@ -64,7 +66,7 @@ class ExponentialDecay(Schedule):
     """`init * rate**((t - begin) / T)` (see `exponential_decay`)."""
 
     init_value: Any = hyperparam()
-    transition_steps: Any = steps_field()
+    transition_steps: Any = steps_field(length=True)
     decay_rate: Any = hyperparam()
     transition_begin: Any = steps_field(0)
     staircase: bool = static(False)

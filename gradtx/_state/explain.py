@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import jax
@@ -217,7 +218,9 @@ def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = Non
     tx = as_transformation(tx, "explain(tx)")
     described = tx.describe(params, step)
     paths = present_paths(params)
-    abstract = jax.eval_shape(tx.init, params)
+    with warnings.catch_warnings(record=True) as caught:  # shown in the table's hints
+        warnings.simplefilter("always")
+        abstract = jax.eval_shape(tx.init, params)
     dtypes: dict[str, dict[str, str]] = {p: {} for p in paths}
     known = set(paths)
     for key, value in state_dict(abstract).items():
@@ -230,4 +233,5 @@ def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = Non
     if shard_over is not None:
         notes = _layout_notes(tx, params, shard_over)
         rows = tuple(dataclasses.replace(r, state_layout=notes.get(r.path, "")) for r in rows)
-    return Explanation(rows, step, _layout_hint(tx, params))
+    hints = [str(w.message) for w in caught] + [_layout_hint(tx, params)]
+    return Explanation(rows, step, "\nhint: ".join(h for h in hints if h))

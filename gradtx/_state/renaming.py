@@ -5,29 +5,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["apply_rename", "check_rename"]
+__all__ = ["apply_rename", "check_rename", "old_paths"]
 
 
-def check_rename(rename: Mapping[str, str] | None) -> dict[str, str]:
+def check_rename(rename: Mapping[str, str] | None, owner: str = "restore") -> dict[str, str]:
     """`rename` checked, as `{old prefix: new prefix}` without leading or trailing `/`."""
     if rename is None:
         return {}
     if not isinstance(rename, Mapping):
-        raise TypeError(f"restore: `rename` must be a dict {{old: new}}, got {rename!r}.")
+        raise TypeError(f"{owner}: `rename` must be a dict {{old: new}}, got {rename!r}.")
     moves = {}
     for old, new in rename.items():
         if not (
             isinstance(old, str) and isinstance(new, str) and old.strip("/") and new.strip("/")
         ):
             raise ValueError(
-                f"restore: `rename` maps path prefixes to path prefixes (non-empty strings "
+                f"{owner}: `rename` maps path prefixes to path prefixes (non-empty strings "
                 f"such as 'enc/layers'), got {old!r}: {new!r}."
             )
         moves[old.strip("/")] = new.strip("/")
     return moves
 
 
-def apply_rename(shown: str, moves: dict, params: dict, state: dict) -> tuple[dict, dict]:
+def apply_rename(
+    shown: str, moves: dict, params: dict, state: dict, owner: str = "restore"
+) -> tuple[dict, dict]:
     """The saved entries under their new names: params paths, and the path in state keys.
 
     Args:
@@ -35,6 +37,7 @@ def apply_rename(shown: str, moves: dict, params: dict, state: dict) -> tuple[di
         moves: `check_rename`'s result.
         params: the saved `{params path: array}`.
         state: the saved `{state key: array}`.
+        owner: the public function, for errors.
 
     Returns:
         `(params, state)` with the moved names.
@@ -62,25 +65,35 @@ def apply_rename(shown: str, moves: dict, params: dict, state: dict) -> tuple[di
                 return key[: len(key) - len(tail)] + move(tail)
         return key
 
-    new_params = _renamed(shown, params, move)
-    new_state = _renamed(shown, state, move_key)
+    new_params = _renamed(shown, params, move, owner)
+    new_state = _renamed(shown, state, move_key, owner)
     unused = [old for old in moves if old not in used]
     if unused:
         raise ValueError(
-            f"restore: `rename` prefixes {unused} match no params path of {shown!r} (its paths "
+            f"{owner}: `rename` prefixes {unused} match no params path of {shown!r} (its paths "
             f"include {list(params)[:5]}); check them for typos."
         )
     return new_params, new_state
 
 
-def _renamed(shown: str, flat: dict, move: Callable[[str], str]) -> dict:
+def old_paths(moves: dict, new_paths: list[str]) -> list[str]:
+    """The paths that `moves` turns into `new_paths` (each new path read back to its old name)."""
+    back = {new: old for old, new in moves.items()}
+    out = []
+    for path in new_paths:
+        hits = [new for new in back if path == new or path.startswith(new + "/")]
+        out.append(back[max(hits, key=len)] + path[len(max(hits, key=len)) :] if hits else path)
+    return out
+
+
+def _renamed(shown: str, flat: dict, move: Callable[[str], str], owner: str) -> dict:
     out: dict[str, Any] = {}
     names: dict[str, str] = {}
     for name, value in flat.items():
         target = move(name)
         if target in out:
             raise ValueError(
-                f"restore: with `rename`, {names[target]!r} and {name!r} of {shown!r} both "
+                f"{owner}: with `rename`, {names[target]!r} and {name!r} of {shown!r} both "
                 f"become {target!r}."
             )
         out[target], names[target] = value, name

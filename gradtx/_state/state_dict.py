@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -11,7 +12,8 @@ import numpy as np
 
 from gradtx._layouts.packed import Packed, join_leaves
 from gradtx._layouts.step_counts import StepCounts, group_counts
-from gradtx._paths.paths import flatten, is_unit
+from gradtx._paths.paths import flatten, is_unit, owning_path
+from gradtx._state.renaming import apply_rename, check_rename, old_paths
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
 
@@ -25,16 +27,19 @@ class LoadReport:
         unexpected: keys in the loaded state that the transformation does not use (dropped).
         mismatched: keys present in both whose shape or dtype changed (initialised anew),
             as `{key: (loaded (shape, dtype), expected (shape, dtype))}`.
+        reinitialised: parameter paths whose state was initialised anew as a whole (every
+            slot and its step count) because a key of theirs changed shape or dtype.
     """
 
     missing: tuple[str, ...] = ()
     unexpected: tuple[str, ...] = ()
     mismatched: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    reinitialised: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
         """True if every key matched."""
-        return not (self.missing or self.unexpected or self.mismatched)
+        return not (self.missing or self.unexpected or self.mismatched or self.reinitialised)
 
     def __str__(self) -> str:
         lines = []
@@ -45,6 +50,11 @@ class LoadReport:
                     lines[-1] += ", ..."
         for key, (got, want) in list(self.mismatched.items())[:10]:
             lines.append(f"changed: {key}: loaded {got}, expected {want}")
+        if self.reinitialised:
+            shown = ", ".join(self.reinitialised[:10])
+            lines.append(
+                f"re-initialised, every slot and count ({len(self.reinitialised)}): {shown}"
+            )
         return "\n".join(lines) or "all keys matched"
 
 
@@ -184,9 +194,18 @@ def _merge_counts(
 
 
 def load_state_dict(
-    tx: Any, params: Any, flat: dict[str, Any], *, strict: bool = True
+    tx: Any,
+    params: Any,
+    flat: dict[str, Any],
+    *,
+    strict: bool = True,
+    rename: dict[str, str] | None = None,
 ) -> tuple[Any, LoadReport]:
     """Build `tx`'s state for `params` from a flat `{key: array}` (as made by `state_dict`).
+
+    A parameter path with a key whose shape or dtype changed is initialised anew as a whole,
+    its step count included (bias correction restarts with its moments), and the report lists
+    it under `reinitialised`.
 
     Args:
         tx: the transformation the state is for.
@@ -195,6 +214,9 @@ def load_state_dict(
         strict: raise `StateMismatchError` on any missing, unexpected or changed key. With
             `strict=False`, missing and changed keys are initialised by `tx.init(params)` and
             unexpected keys are dropped.
+        rename: `{"old/prefix": "new/prefix"}` for subtrees that moved or were re-indexed
+            since `flat` was saved (a layer inserted into a list shifts the later indices):
+            their state is read under the new paths, the longest matching prefix first.
 
     Returns:
         `(state, report)`: the state, and a `LoadReport` of what did not match.
@@ -206,13 +228,69 @@ def load_state_dict(
         >>> report.clean
         True
     """
-    state, report = _merge(tx.init(params), dict(flat))
+    _check_flat(flat)
+    param_paths = _param_paths(params)
+    flat = dict(flat)
+    moves = check_rename(rename, "load_state_dict")
+    if moves:
+        unused = [old for old in moves if not any(f"/{old}/" in f"/{k}/" for k in flat)]
+        if unused:
+            raise ValueError(
+                f"load_state_dict: `rename` prefixes {unused} match no path of the state's keys "
+                f"(they include {list(flat)[:5]}); check them for typos."
+            )
+        saved = dict.fromkeys(old_paths(moves, sorted(param_paths)))
+        _, flat = apply_rename("the state", moves, saved, flat, "load_state_dict")
+    template = tx.init(params)
+    state, report = _merge(template, flat)
+    if report.mismatched:
+        changed = {owning_path(k, param_paths) for k in report.mismatched} - {None}
+        if changed:  # every slot of a changed path anew, its count too
+            kept = {k: v for k, v in flat.items() if owning_path(k, param_paths) not in changed}
+            state, again = _merge(template, kept)
+            missing = tuple(k for k in again.missing if owning_path(k, param_paths) not in changed)
+            report = LoadReport(
+                missing, report.unexpected, report.mismatched, tuple(sorted(changed))
+            )
     if strict and not report.clean:
         raise StateMismatchError(report)
     return state, report
 
 
-def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
+def _param_paths(params: Any) -> set[str]:
+    paths, leaves, _ = flatten(params)
+    out: set[str] = set()
+    for path, leaf in zip(paths, leaves):
+        if is_unit(leaf):
+            out.update(leaf.paths(path))
+        elif leaf is not None:
+            out.add(path)
+    return out
+
+
+def _check_flat(flat: Any) -> None:
+    """Raise if `flat` is not `state_dict`'s `{key: array}` (a nested state, say)."""
+    if not isinstance(flat, Mapping):
+        raise TypeError(
+            f"load_state_dict: `flat` must be the dict `gradtx.state_dict(state)` gives, got "
+            f"{type(flat).__name__}."
+        )
+    for key, value in flat.items():
+        if not isinstance(key, str) or not (hasattr(value, "shape") or _is_number(value)):
+            raise TypeError(
+                f"load_state_dict: `flat` must be flat, `{{key: array}}`, but its entry {key!r} "
+                f"is a {type(value).__name__}: this looks like the nested state itself. Pass "
+                "`gradtx.state_dict(state)` instead."
+            )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.generic))
+
+
+def reconcile(
+    tx: Any, state: Any, new_params: Any, *, rename: dict[str, str] | None = None
+) -> tuple[Any, LoadReport]:
     """Carry `state` over to `new_params` after the model changed (layers added or removed).
 
     The state of every surviving path (same key, shape and dtype) is kept bit-for-bit; new
@@ -223,6 +301,8 @@ def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
         tx: the transformation.
         state: the state made for the old params.
         new_params: the new params.
+        rename: `{"old/prefix": "new/prefix"}` for subtrees that moved or were re-indexed
+            (see `load_state_dict`).
 
     Returns:
         `(new_state, report)`.
@@ -234,4 +314,4 @@ def reconcile(tx: Any, state: Any, new_params: Any) -> tuple[Any, LoadReport]:
         >>> report.missing
         ('count/b', 'mu/b', 'nu/b')
     """
-    return load_state_dict(tx, new_params, state_dict(state), strict=False)
+    return load_state_dict(tx, new_params, state_dict(state), strict=False, rename=rename)

@@ -265,38 +265,48 @@ def _bf16(x):
 
 
 def test_low_precision_updates_are_rounded_once_at_the_end_of_a_chain():
+    """Stateless steps on bf16 gradients: the chain carries float32 and rounds once."""
     rng = np.random.default_rng(3)
-    w = jnp.asarray(rng.normal(size=64), jnp.bfloat16)
-    params = {"w": w, "f": jnp.ones(3), "frozen": jnp.ones(2, jnp.bfloat16)}
+    params = {"w": jnp.zeros(64, jnp.bfloat16), "f": jnp.ones(3), "frozen": jnp.ones(2)}
+    tx = gradtx.chain(gradtx.scale(-0.37), gradtx.scale(1.3))
+    state = tx.init(params)
+    g = jnp.asarray(rng.normal(size=64), jnp.bfloat16)
+    updates, _ = jax.jit(tx.update)({"w": g, "f": jnp.ones(3), "frozen": None}, state)
+    wide = np.asarray(g, np.float32) * np.float32(-0.37)
+    once = _bf16(wide * np.float32(1.3))
+    each = _bf16(_bf16(wide) * np.float32(1.3))  # rounding after every child
+    assert updates["w"].dtype == jnp.bfloat16 and updates["f"].dtype == jnp.float32
+    assert updates["frozen"] is None
+    np.testing.assert_array_equal(np.asarray(updates["w"], np.float32), once)
+    assert np.any(once != each)  # rounding after every child would give other values here
+
+
+def test_low_precision_updates_that_read_float32_state_stay_float32():
+    """bf16 gradients with a float32 trace: the update read float32 state, so it comes out
+    in float32 (exactly `-0.37 * trace`), and `apply_updates` rounds once."""
+    rng = np.random.default_rng(3)
+    params = {"w": jnp.zeros(64, jnp.bfloat16), "frozen": jnp.ones(2, jnp.bfloat16)}
     tx = gradtx.chain(gradtx.trace(0.9, accumulator_dtype=jnp.float32), gradtx.scale(-0.37))
     state = tx.init(params)
-    grads = [jnp.asarray(rng.normal(size=64), jnp.bfloat16) for _ in range(2)]
-    trace = np.zeros(64, np.float32)
-    differs = False
-    for g in grads:
-        updates, state = jax.jit(tx.update)({"w": g, "f": jnp.ones(3), "frozen": None}, state)
-        expected = np.asarray(g, np.float32) + np.float32(0.9) * trace
-        trace = np.asarray(state["trace"]["trace"]["w"])  # XLA may fuse into an FMA: 1 ulp
-        np.testing.assert_allclose(trace, expected, rtol=1e-6, atol=1e-6)
-        once = _bf16(np.float32(-0.37) * trace)
-        each = _bf16(np.float32(-0.37) * _bf16(trace))  # rounding after every child
-        assert updates["w"].dtype == jnp.bfloat16 and updates["f"].dtype == jnp.float32
-        assert updates["frozen"] is None
-        np.testing.assert_array_equal(np.asarray(updates["w"], np.float32), once)
-        differs |= bool(np.any(once != each))
-    assert differs  # rounding after every child would give other values here
+    for _ in range(2):
+        g = jnp.asarray(rng.normal(size=64), jnp.bfloat16)
+        updates, state = jax.jit(tx.update)({"w": g, "frozen": None}, state)
+        trace = np.asarray(state["trace"]["trace"]["w"])
+        assert updates["w"].dtype == jnp.float32 and updates["frozen"] is None
+        np.testing.assert_allclose(np.asarray(updates["w"]), np.float32(-0.37) * trace, rtol=1e-6)
 
 
 def test_low_precision_packed_updates_are_rounded_once_too():
     rng = np.random.default_rng(4)
     params = {"a": jnp.asarray(rng.normal(size=8), jnp.bfloat16), "b": jnp.ones(3, jnp.bfloat16)}
     grads = {"a": jnp.asarray(rng.normal(size=8), jnp.bfloat16), "b": jnp.ones(3, jnp.bfloat16)}
-    tx = gradtx.chain(gradtx.trace(0.9, accumulator_dtype=jnp.float32), gradtx.scale(-0.37))
-    tree, _ = tx.update(grads, tx.init(params))
-    packed, _ = tx.update(gradtx.pack(grads), tx.init(gradtx.pack(params)))
-    assert packed.buffers[0].dtype == jnp.bfloat16
-    for path, value in packed.unpack().items():
-        np.testing.assert_array_equal(value, tree[path])
+    for dtype in (jnp.float32, jnp.bfloat16):
+        tx = gradtx.chain(gradtx.trace(0.9, accumulator_dtype=dtype), gradtx.scale(-0.37))
+        tree, _ = tx.update(grads, tx.init(params))
+        packed, _ = tx.update(gradtx.pack(grads), tx.init(gradtx.pack(params)))
+        assert packed.buffers[0].dtype == dtype  # the state's dtype, as per leaf
+        for path, value in packed.unpack().items():
+            np.testing.assert_array_equal(value, tree[path])
 
 
 def test_a_global_norm_in_a_chain_reads_the_updates_the_chain_has_reached():

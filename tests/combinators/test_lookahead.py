@@ -104,7 +104,7 @@ def test_each_path_counts_its_own_steps():
     # a: fast 1 -> 2, slow 0 -> 0 + 0.5 * 2 = 1, so the params stay at 1
     np.testing.assert_array_equal(u["a"], [0.0])
     np.testing.assert_array_equal(u["b"], [1.0])
-    u, state = tx.update({"b": g}, state)  # a partial tree: only b, which synchronises
+    u, state = tx.update({"b": g}, state, partial=True)  # only b, which synchronises
     np.testing.assert_array_equal(u["b"], [0.0])
     assert int(state["count"]["a"]) == 2 and int(state["count"]["b"]) == 2
 

@@ -25,6 +25,8 @@ PACKAGE = Path(gradtx.__file__).parent
 NOT_CACHES = {
     # widened arrays of the chain that is running, removed when its update ends
     ("gradtx._core.widening", "_SOURCES"),
+    # the state dtypes read by each running chain, removed when its update ends
+    ("gradtx._core.widening", "_READS"),
 }
 
 

@@ -111,3 +111,79 @@ def test_update_dtype_does_not_depend_on_the_learning_rate_type(name):
                 np.testing.assert_array_equal(
                     np.asarray(a, np.float32), np.asarray(b, np.float32), err_msg=kind
                 )
+
+
+# --- the update dtype: promoted from the gradient and the state read -------------------------
+
+
+def _bf16_problem() -> tuple[dict, list[dict]]:
+    rng = np.random.default_rng(3)
+    params = {
+        "w": jnp.asarray(rng.normal(size=(4, 5)), jnp.bfloat16),
+        "s": jnp.asarray(0.5, jnp.bfloat16),
+    }
+    grads = [
+        jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.bfloat16), params)
+        for _ in range(5)
+    ]
+    return params, grads
+
+
+def test_bf16_params_with_float32_state_round_once_like_optax():
+    """bf16 params, float32 moments: the update stays float32 and `apply_updates` rounds once,
+    so five steps give optax's params bit for bit (optax adds in float32 too)."""
+    import optax
+
+    params, grads = _bf16_problem()
+    tx = gradtx.adam(1e-2, mu_dtype=jnp.float32, nu_dtype=jnp.float32)
+    opt = optax.adam(np.float32(1e-2), mu_dtype=jnp.float32)
+    ours, theirs = params, params
+    state, opt_state = (
+        tx.init(ours),
+        opt.init(jax.tree.map(lambda p: p.astype(jnp.float32), theirs)),
+    )
+    for g in grads:
+        updates, state = tx.update(g, state, ours)
+        assert all(u.dtype == jnp.float32 for u in jax.tree.leaves(updates))
+        ours = gradtx.apply_updates(ours, updates)
+        with jax.numpy_dtype_promotion("standard"):
+            g32 = jax.tree.map(lambda x: x.astype(jnp.float32), g)
+            opt_updates, opt_state = opt.update(g32, opt_state)
+            theirs = optax.apply_updates(theirs, opt_updates)
+    for key in params:
+        assert ours[key].dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(ours[key]), np.asarray(theirs[key]))
+
+
+def test_standalone_and_chained_updates_follow_the_state_dtype():
+    """The rule holds for a transformation alone and inside a chain; bf16 state keeps bf16."""
+    params, grads = _bf16_problem()
+    for dtype in (jnp.float32, jnp.bfloat16):
+        for tx in (
+            gradtx.scale_by_adam(mu_dtype=dtype, nu_dtype=dtype),
+            gradtx.chain(
+                gradtx.clip_by_global_norm(1.0), gradtx.trace(0.9, accumulator_dtype=dtype)
+            ),
+            gradtx.sgd(0.1, momentum=0.9, accumulator_dtype=dtype),
+        ):
+            updates, _ = tx.update(grads[0], tx.init(params), params)
+            for key, u in updates.items():
+                assert u.dtype == dtype, (tx, key)
+    # Stateless steps keep the gradient's dtype.
+    tx = gradtx.chain(gradtx.clip(1.0), gradtx.scale(0.5))
+    updates, _ = tx.update(grads[0], tx.init(params), params)
+    assert {u.dtype for u in jax.tree.leaves(updates)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_one_rounding_is_closer_to_the_float32_step_than_two():
+    """The float32 update rounds once into the bf16 param; rounding the update to bf16 first
+    (the old rule) is never closer to the exact float32 sum, and on a random step often worse."""
+    params, grads = _bf16_problem()
+    tx = gradtx.adam(1e-2, mu_dtype=jnp.float32, nu_dtype=jnp.float32)
+    updates, _ = tx.update(grads[0], tx.init(params), params)
+    exact = np.asarray(params["w"], np.float64) + np.asarray(updates["w"], np.float64)
+    once = np.asarray(gradtx.apply_updates(params, updates)["w"], np.float64)
+    twice = np.asarray(
+        gradtx.apply_updates(params, {"w": updates["w"].astype(jnp.bfloat16)})["w"], np.float64
+    )
+    assert np.all(np.abs(once - exact) <= np.abs(twice - exact))

@@ -131,21 +131,24 @@ def test_strict_load_reports_missing_unexpected_and_changed_keys():
     del flat["adamw/mu/head/w"]
     flat["adamw/mu/head/bias"] = np.zeros(3, np.float32)
     flat["adamw/nu/enc/layers/0/w"] = np.zeros((3, 4), np.float32)
-    flat["adamw/count/head/w"] = np.zeros((), np.float32)
+    flat["adamw/count/enc/layers/0/b"] = np.zeros((), np.float32)
     with pytest.raises(gradtx.StateMismatchError, match=r"missing \(1\): adamw/mu/head/w") as info:
         gradtx.load_state_dict(tx, params, flat)
     message = str(info.value)
     assert "unexpected (1): adamw/mu/head/bias" in message
     assert "changed: adamw/nu/enc/layers/0/w: loaded ((3, 4), 'float32')" in message
     assert "expected ((3, 3), 'float32')" in message
+    assert "re-initialised, every slot and count (2): enc/layers/0/b, enc/layers/0/w" in message
     assert "strict=False" in message
     report = info.value.report
     assert report.missing == ("adamw/mu/head/w",)
     assert report.unexpected == ("adamw/mu/head/bias",)
     assert report.mismatched == {
         "adamw/nu/enc/layers/0/w": (((3, 4), "float32"), ((3, 3), "float32")),
-        "adamw/count/head/w": (((), "float32"), ((), "int32")),
+        "adamw/count/enc/layers/0/b": (((), "float32"), ((), "int32")),
     }
+    # A changed key starts its whole path over: every slot of it, and its step count.
+    assert report.reinitialised == ("enc/layers/0/b", "enc/layers/0/w")
     assert not report.clean
 
 
@@ -171,12 +174,16 @@ def test_non_strict_load_initialises_new_keys_and_drops_unexpected():
     out = gradtx.state_dict(loaded)
     assert set(out) == set(original)
     fresh = gradtx.state_dict(tx.init(params))
-    for key in ("adamw/mu/head/w", "adamw/count/head/w", "adamw/nu/enc/layers/0/w"):
+    assert report.reinitialised == ("enc/layers/0/w",)
+    # The changed path starts over whole (mu and count too), like the missing ones.
+    anew = {f"adamw/{s}/enc/layers/0/w" for s in ("mu", "nu", "count", "schedule_count")}
+    anew |= {"adamw/mu/head/w", "adamw/count/head/w"}
+    for key in anew:
         np.testing.assert_array_equal(out[key], fresh[key])
         assert out[key].dtype == fresh[key].dtype
     np.testing.assert_array_equal(out["adamw/mu/head/w"], np.zeros((3, 1), np.float32))
     assert int(out["adamw/count/head/w"]) == 0
-    for key in set(original) - {"adamw/mu/head/w", "adamw/count/head/w", "adamw/nu/enc/layers/0/w"}:
+    for key in set(original) - anew:
         np.testing.assert_array_equal(out[key], original[key], err_msg=key)
     # Where the moment was kept but the count was reset, continuing still works.
     _train(tx, params, loaded, steps=1)
