@@ -56,6 +56,19 @@ NON_TRANSFORMATIONS = frozenset(
         "SlotLayout",
         # A layout, not an algorithm: test_contract checks bucketed(entry) against every entry.
         "bucketed",
+        # Functions of trees: tests/core/test_functional_helpers.py, tests/test_projections.py.
+        "has_updated",
+        "skip_not_finite",
+        "skip_large_updates",
+        "incremental_update",
+        "periodic_update",
+        "tree_map_params",
+        "projections",
+        # Reads a line search's value and gradient from the state (transforms/test_lbfgs.py).
+        "value_and_grad_from_state",
+        # AGC's helpers on arrays (tests/transforms/test_catalogue_round_two.py).
+        "unitwise_norm",
+        "unitwise_clip",
     }
 )
 
@@ -426,10 +439,25 @@ from registry_combinators import COMBINATORS  # noqa: E402
 from registry_contrib import CONTRIB  # noqa: E402
 
 REGISTRY = REGISTRY + CONTRIB
+from registry_contrib_two import CONTRIB_TWO  # noqa: E402
+
+REGISTRY = REGISTRY + CONTRIB_TWO
+from registry_contrib_three import CONTRIB_THREE  # noqa: E402
+
+REGISTRY = REGISTRY + CONTRIB_THREE
 from registry_schedule_free import SCHEDULE_FREE  # noqa: E402
 
 REGISTRY = REGISTRY + SCHEDULE_FREE
+from registry_lbfgs import LBFGS  # noqa: E402
+
+REGISTRY = REGISTRY + LBFGS
+from registry_catalogue import CATALOGUE  # noqa: E402
+
+REGISTRY = REGISTRY + CATALOGUE
 REGISTRY = REGISTRY + COMBINATORS
+from registry_helpers import HELPERS  # noqa: E402
+
+REGISTRY = REGISTRY + HELPERS
 
 BY_ID = {e.id: e for e in REGISTRY}
 

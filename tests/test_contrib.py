@@ -24,12 +24,14 @@ import references_contrib as rc
 import test_contract as tc
 from optax.contrib import _dog as optax_dog
 from registry_contrib import CONTRIB
+from registry_contrib_three import CONTRIB_THREE
+from registry_contrib_two import CONTRIB_TWO
 
 import gradtx
 from gradtx import contrib
 
-# Public names of gradtx.contrib that are functions, not transformations.
-NOT_TRANSFORMATIONS = {"orthogonalize_via_newton_schulz"}
+# Public names of gradtx.contrib that are not transformations (a function, a type).
+NOT_TRANSFORMATIONS = {"orthogonalize_via_newton_schulz", "GaLoreDimensionNumbers"}
 
 
 def _f(x: float) -> np.float32:
@@ -40,7 +42,7 @@ def _f(x: float) -> np.float32:
 
 
 def test_every_contrib_name_has_a_registry_entry():
-    covered = {e.name for e in CONTRIB}
+    covered = {e.name for e in CONTRIB + CONTRIB_TWO + CONTRIB_THREE}
     public = {f"contrib.{n}" for n in contrib.__all__ if n not in NOT_TRANSFORMATIONS}
     assert public - covered == set(), sorted(public - covered)
     assert covered <= public, sorted(covered - public)

@@ -35,50 +35,83 @@ gradtx.LoadReport gradtx.Packed gradtx.RestoreReport gradtx.SlotLayout gradtx.St
 gradtx.Transformation
 gradtx.accumulate gradtx.adabelief gradtx.adadelta gradtx.adafactor gradtx.adagrad gradtx.adam
 gradtx.adamax gradtx.adamaxw gradtx.adamw gradtx.adan gradtx.adaptive_grad_clip
-gradtx.add_decayed_weights gradtx.add_noise gradtx.amsgrad gradtx.apply_if_finite
+gradtx.add_decayed_weights gradtx.add_noise gradtx.amsgrad gradtx.apply_every gradtx.apply_if_finite
 gradtx.apply_updates gradtx.bucketed gradtx.centralize gradtx.chain gradtx.clip
 gradtx.clip_by_block_rms gradtx.clip_by_global_norm gradtx.conditionally_mask
-gradtx.conditionally_transform gradtx.contrib gradtx.contrib.ademamix gradtx.contrib.adopt
-gradtx.contrib.cocob gradtx.contrib.dadapt_adamw gradtx.contrib.dog gradtx.contrib.dowg
-gradtx.contrib.muon gradtx.contrib.orthogonalize_via_newton_schulz gradtx.contrib.prodigy
-gradtx.contrib.sam gradtx.contrib.scale_by_ademamix gradtx.contrib.scale_by_adopt
+gradtx.conditionally_transform gradtx.contrib gradtx.contrib.GaLoreDimensionNumbers
+gradtx.contrib.acprop
+gradtx.contrib.ademamix gradtx.contrib.adopt
+gradtx.contrib.cocob gradtx.contrib.dadapt_adamw
+gradtx.contrib.differentially_private_aggregate gradtx.contrib.dog gradtx.contrib.dowg
+gradtx.contrib.dpsgd gradtx.contrib.galore gradtx.contrib.hutchinson_estimator_diag_hessian
+gradtx.contrib.madgrad gradtx.contrib.mechanize gradtx.contrib.momo gradtx.contrib.momo_adam
+gradtx.contrib.muon gradtx.contrib.normalize
+gradtx.contrib.orthogonalize_via_newton_schulz gradtx.contrib.prodigy
+gradtx.contrib.reduce_on_plateau
+gradtx.contrib.sam gradtx.contrib.scale_by_acprop
+gradtx.contrib.scale_by_ademamix gradtx.contrib.scale_by_adopt
 gradtx.contrib.scale_by_cocob gradtx.contrib.scale_by_dog gradtx.contrib.scale_by_dowg
-gradtx.contrib.scale_by_muon gradtx.ema gradtx.ema_params gradtx.eval_params gradtx.explain
+gradtx.contrib.scale_by_galore gradtx.contrib.scale_by_madgrad
+gradtx.contrib.scale_by_muon gradtx.contrib.scale_by_simplified_ademamix
+gradtx.contrib.scale_by_sophia gradtx.contrib.simplified_ademamix gradtx.contrib.sophia
+gradtx.contrib.split_real_and_imaginary
+gradtx.ema gradtx.ema_params gradtx.eval_params gradtx.explain
 gradtx.freeze gradtx.from_optax gradtx.fromage
-gradtx.global_norm gradtx.hyperparams gradtx.identity gradtx.inject_hyperparams
-gradtx.keep_params_nonnegative gradtx.lamb gradtx.lars gradtx.lion gradtx.load_state_dict
+gradtx.global_norm gradtx.has_updated gradtx.hyperparams gradtx.identity
+gradtx.incremental_update gradtx.inject_hyperparams
+gradtx.keep_params_nonnegative gradtx.lamb gradtx.lars gradtx.lbfgs gradtx.lion
+gradtx.load_state_dict
 gradtx.lookahead gradtx.masked gradtx.monitor gradtx.multi_steps gradtx.multi_transform gradtx.nadam
 gradtx.nadamw gradtx.named_chain gradtx.nesterov gradtx.noisy_sgd
-gradtx.normalize_by_update_norm gradtx.novograd gradtx.optimistic_gradient_descent gradtx.pack
+gradtx.normalize_by_update_norm gradtx.novograd gradtx.optimistic_adam
+gradtx.optimistic_gradient_descent gradtx.pack
 gradtx.partition gradtx.paths gradtx.paths.DuplicatePathError gradtx.paths.LabelError
 gradtx.paths.Selector gradtx.paths.SelectorError gradtx.paths.as_selector gradtx.paths.flatten
 gradtx.paths.leaves gradtx.paths.paths gradtx.paths.resolve_labels gradtx.paths.select
-gradtx.paths.unflatten gradtx.per_example_global_norm_clip gradtx.polyak_sgd gradtx.radam
+gradtx.paths.unflatten gradtx.per_example_global_norm_clip gradtx.per_example_layer_norm_clip
+gradtx.periodic_update
+gradtx.polyak_sgd gradtx.projections gradtx.projections.projection_box
+gradtx.projections.projection_halfspace gradtx.projections.projection_hypercube
+gradtx.projections.projection_hyperplane gradtx.projections.projection_l1_ball
+gradtx.projections.projection_l1_sphere gradtx.projections.projection_l2_ball
+gradtx.projections.projection_l2_sphere gradtx.projections.projection_linf_ball
+gradtx.projections.projection_non_negative gradtx.projections.projection_simplex
+gradtx.projections.projection_vector gradtx.radam
 gradtx.reconcile gradtx.reset gradtx.restore gradtx.rmsprop gradtx.rprop gradtx.save
 gradtx.scale gradtx.scale_by_adadelta
 gradtx.scale_by_adam gradtx.scale_by_adamax gradtx.scale_by_adan gradtx.scale_by_amsgrad
-gradtx.scale_by_belief gradtx.scale_by_factored_rms gradtx.scale_by_learning_rate
+gradtx.scale_by_backtracking_linesearch
+gradtx.scale_by_belief gradtx.scale_by_distance_over_gradients
+gradtx.scale_by_factored_rms gradtx.scale_by_lbfgs gradtx.scale_by_learning_rate
 gradtx.scale_by_lion gradtx.scale_by_novograd gradtx.scale_by_optimistic_gradient
+gradtx.scale_by_param_block_norm
 gradtx.scale_by_param_block_rms gradtx.scale_by_polyak gradtx.scale_by_radam gradtx.scale_by_rms
 gradtx.scale_by_rprop gradtx.scale_by_rss gradtx.scale_by_schedule gradtx.scale_by_sign
-gradtx.scale_by_stddev gradtx.scale_by_trust_ratio gradtx.scale_by_yogi gradtx.scale_gradient
+gradtx.scale_by_sm3
+gradtx.scale_by_stddev gradtx.scale_by_trust_ratio gradtx.scale_by_yogi
+gradtx.scale_by_zoom_linesearch gradtx.scale_gradient
 gradtx.schedule_free gradtx.schedule_free_adamw gradtx.schedule_free_sgd
-gradtx.schedules gradtx.schedules.Schedule gradtx.schedules.constant
+gradtx.schedules gradtx.schedules.Schedule gradtx.schedules.StatefulSchedule
+gradtx.schedules.WrappedSchedule gradtx.schedules.constant
 gradtx.schedules.cosine_decay gradtx.schedules.cosine_onecycle
 gradtx.schedules.exponential_decay gradtx.schedules.join gradtx.schedules.linear
 gradtx.schedules.linear_onecycle gradtx.schedules.piecewise_constant
 gradtx.schedules.piecewise_interpolate gradtx.schedules.polynomial gradtx.schedules.sgdr
 gradtx.schedules.warmup_constant gradtx.schedules.warmup_cosine_decay
 gradtx.schedules.warmup_exponential_decay gradtx.selective_transform gradtx.set_hyperparams
-gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum gradtx.slot_layouts gradtx.state_dict
-gradtx.state_shardings gradtx.stats
+gradtx.set_to_zero gradtx.sgd gradtx.sign_sgd gradtx.signum
+gradtx.skip_large_updates gradtx.skip_not_finite gradtx.slot_layouts gradtx.sm3
+gradtx.state_dict
+gradtx.state_shardings gradtx.stateless gradtx.stateless_with_tree_map gradtx.stats
 gradtx.trace
 gradtx.trainable gradtx.tree gradtx.tree.add gradtx.tree.add_scale gradtx.tree.allclose
 gradtx.tree.cast gradtx.tree.cast_like gradtx.tree.clip gradtx.tree.div gradtx.tree.full_like
 gradtx.tree.get gradtx.tree.map_with_path gradtx.tree.max gradtx.tree.min gradtx.tree.mul
 gradtx.tree.norm gradtx.tree.ones_like gradtx.tree.scale gradtx.tree.set gradtx.tree.size
 gradtx.tree.sub gradtx.tree.sum gradtx.tree.vdot gradtx.tree.where gradtx.tree.zeros_like
-gradtx.yogi gradtx.zero_nans
+gradtx.tree_map_params
+gradtx.unitwise_clip gradtx.unitwise_norm gradtx.value_and_grad_from_state gradtx.yogi
+gradtx.zero_nans
 """.split()
 
 
@@ -150,7 +183,7 @@ def upward_imports(edges: set[tuple[str, str]]) -> list[str]:
 
 def test_public_names_are_unchanged():
     names = [f"gradtx.{n}" for n in gradtx.__all__]
-    for namespace in ("paths", "schedules", "tree", "contrib"):
+    for namespace in ("paths", "projections", "schedules", "tree", "contrib"):
         module = getattr(gradtx, namespace)
         names += [f"gradtx.{namespace}.{n}" for n in module.__all__]
     assert sorted(names) == PUBLIC_NAMES

@@ -1,25 +1,36 @@
-"""Gradient accumulation: run the inner transformation on the mean of every k gradients."""
+"""Gradient accumulation: run the inner transformation on the mean of every k gradients.
+
+`accumulate` takes a fixed k; `multi_steps` (optax's `MultiSteps`) also takes k as a schedule
+of the optimizer step and a predicate that skips micro-steps (`gradtx.skip_not_finite`,
+`gradtx.skip_large_updates`); `has_updated` says whether a call took the inner step.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from gradtx._combinators.conditional import safe_increment
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
-from gradtx._core.module import field, static
+from gradtx._core.module import Module, field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
-from gradtx._core.widening import is_narrow
+from gradtx._core.widening import is_narrow, shaped_like
 from gradtx._layouts.step_counts import split_where_absent
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
 
-__all__ = ["Accumulate", "accumulate", "multi_steps"]
+__all__ = ["Accumulate", "accumulate", "has_updated", "multi_steps"]
 
 # `accumulator_dtype="param"`: keep each accumulator in its parameter's own dtype.
 PARAM_DTYPE = "param"
+
+# `describe` counts the cycles of a scheduled k one by one up to this many calls.
+_DESCRIBE_LIMIT = 100_000
 
 
 def _accumulator_dtype(value: Any, name: str) -> Any:
@@ -48,20 +59,65 @@ def _slot_paths(slots: dict[str, Any]) -> set[str]:
     return out
 
 
+def _k_at(schedule: Any, gradient_step: Any) -> jax.Array:
+    """The number of calls per optimizer step that `schedule` gives: an int32 of at least 1."""
+    k = jnp.asarray(schedule(gradient_step))
+    if jnp.issubdtype(k.dtype, jnp.floating):
+        k = jnp.round(k)
+    return jnp.maximum(k.astype(jnp.int32), jnp.int32(1))
+
+
 class Accumulate(Transformation):
-    """Gradient accumulation over `every` calls (see `accumulate`)."""
+    """Gradient accumulation over `every` calls (see `accumulate` and `multi_steps`)."""
 
     name: ClassVar[str] = "accumulate"
     inner: Any = field(converter=as_transformation)
-    every: int = static()
+    every: Any = static()
     accumulator_dtype: Any = static(None, converter=_accumulator_dtype)
+    # k as a function of the optimizer step (a schedule pytree, or a plain function kept
+    # static); `every` is None then.
+    every_k_schedule: Any = field(default=None)
+    should_skip_update_fn: Any = static(None)
+    use_grad_mean: bool = static(True)
 
     def __check__(self) -> None:
-        check_count(self.every, "accumulate: every", 1)
+        if self.every_k_schedule is None:
+            check_count(self.every, "accumulate: every", 1)
+        elif self.every is not None:
+            raise ValueError("accumulate: give `every` or `every_k_schedule`, not both.")
+        elif not callable(self.every_k_schedule):
+            raise TypeError(
+                "multi_steps: `every_k_schedule` must be an int or a function of the optimizer "
+                f"step (a schedule), got {self.every_k_schedule!r}"
+            )
+        fn = self.should_skip_update_fn
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                "multi_steps: `should_skip_update_fn` must be a function "
+                f"`(updates, gradient_step, params) -> (bool, dict)` or None, got {fn!r}"
+            )
+        if not isinstance(self.use_grad_mean, bool):
+            raise TypeError(
+                f"multi_steps: `use_grad_mean` must be True or False, got {self.use_grad_mean!r}"
+            )
+
+    @property
+    def counts_steps(self) -> bool:
+        """Whether the state keeps `gradient_step` (a scheduled k or a skip predicate)."""
+        return self.every_k_schedule is not None or self.should_skip_update_fn is not None
 
     def state_keys(self) -> tuple[str, ...]:
-        """`micro_step`, the accumulators `acc` and the inner state `inner`."""
-        return ("micro_step", "acc", "inner")
+        """`micro_step`, `acc` and `inner`; `gradient_step` and `skip_state` as needed.
+
+        `gradient_step` is kept with a scheduled k or a skip predicate, `skip_state` with a
+        skip predicate.
+        """
+        keys = ("micro_step", "acc", "inner")
+        if self.counts_steps:
+            keys += ("gradient_step",)
+        if self.should_skip_update_fn is not None:
+            keys += ("skip_state",)
+        return keys
 
     def _dtype_for(self, param: Any) -> Any:
         if self.accumulator_dtype == PARAM_DTYPE:
@@ -79,11 +135,28 @@ class Accumulate(Transformation):
         check_state_keys(self.name, state, self.state_keys())
         return self.inner.eval_params(state["inner"], params)
 
+    def _cycles(self, calls: int) -> tuple[int, int]:
+        """`(optimizer steps completed, k in force)` after `calls` calls without skips."""
+        if self.every_k_schedule is None:
+            return calls // self.every, self.every
+        done = 0
+        k = int(_k_at(self.every_k_schedule, np.int32(0)))
+        while calls >= k and done < _DESCRIBE_LIMIT:
+            calls -= k
+            done += 1
+            k = int(_k_at(self.every_k_schedule, np.int32(done)))
+        return done, k
+
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
-        """`accumulate` on every trainable path, then the inner steps at step `step // every`."""
+        """`accumulate` on every trainable path, then the inner steps.
+
+        The inner steps are described at the optimizer step that `step` calls reach
+        (`step // every` for a fixed k).
+        """
         frozen = self.inner.frozen_paths(params)
-        inner = self.inner.describe(params, int(step) // self.every)
-        entry = (self.name, {"every": self.every})
+        inner_step, k = self._cycles(int(step))
+        inner = self.inner.describe(params, inner_step)
+        entry = (self.name, {"every": k})
         out: dict[str, list] = {}
         for path in present_paths(params):
             steps = [] if path in frozen else [entry]
@@ -103,36 +176,95 @@ class Accumulate(Transformation):
             return {"acc": zeros_for(param, self._dtype_for(param))}
 
         slots = init_slots(params, leaf_init, ("acc",), where=where)
-        return {
+        state = {
             "micro_step": jnp.zeros((), jnp.int32),
             "acc": slots["acc"],
             "inner": self.inner.init(params),
         }
+        if self.counts_steps:
+            state["gradient_step"] = jnp.zeros((), jnp.int32)
+        if self.should_skip_update_fn is not None:
+            state["skip_state"] = self._initial_skip_state(params)
+        return state
+
+    def _initial_skip_state(self, params: Any) -> Any:
+        """Zeros shaped like the predicate's auxiliary output for zero updates."""
+        zero_updates = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
+        step = jax.ShapeDtypeStruct((), jnp.int32)
+        skip, aux = jax.eval_shape(self.should_skip_update_fn, zero_updates, step, params)
+        self._check_skip(skip)
+        return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), aux)
+
+    def _check_skip(self, skip: Any) -> None:
+        dtype, shape = getattr(skip, "dtype", None), getattr(skip, "shape", None)
+        if dtype != jnp.bool_ or shape != ():
+            raise ValueError(
+                "multi_steps: `should_skip_update_fn` must return `(should_skip, aux)` with "
+                f"`should_skip` a bool scalar array, got dtype {dtype} and shape {shape}."
+            )
+
+    def _skip(self, updates: Any, state: dict, params: Any) -> tuple[jax.Array, Any]:
+        """The predicate's verdict on `updates`, and its auxiliary output in the old dtypes."""
+        skip, aux = self.should_skip_update_fn(updates, state["gradient_step"], params)
+        skip = jnp.asarray(skip)
+        self._check_skip(skip)
+        old = state["skip_state"]
+        if jax.tree.structure(aux) != jax.tree.structure(old):
+            raise ValueError(
+                "multi_steps: `should_skip_update_fn` returned auxiliary output shaped "
+                f"{jax.tree.structure(aux)}, but at `init` it was {jax.tree.structure(old)}."
+            )
+        aux = jax.tree.map(lambda new, x: jnp.asarray(new).astype(x.dtype), aux, old)
+        return skip, aux
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """Add the gradient; on every `every`-th call run the inner step on the mean."""
+        """Add the gradient; on the k-th call of a cycle run the inner step on the mean.
+
+        A call that the skip predicate rejects changes nothing but `skip_state`.
+        """
         check_state_keys(self.name, state, self.state_keys())
         acc_paths = _slot_paths(state["acc"])
         if params is not None:
             self._check_paths(updates, acc_paths, params)
+        skip = aux = None
+        if self.should_skip_update_fn is not None:
+            skip, aux = self._skip(updates, state, params)
 
         def add(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
             acc = slots["acc"]
             dtype = compute_dtype(g, acc)
-            return g, {"acc": acc.astype(dtype) + g.astype(dtype)}
+            total = acc.astype(dtype) + g.astype(dtype)
+            if skip is not None:  # a rejected micro-step adds nothing (not even its NaNs)
+                total = jnp.where(skip, acc.astype(dtype), total)
+            return g, {"acc": total}
 
         _, added = update_slots(
             add, updates, {"acc": state["acc"]}, owner=self.name, where=acc_paths
         )
         acc = added["acc"]
-        micro_step = state["micro_step"] + jnp.int32(1)
-        fire = micro_step >= jnp.int32(self.every)
+        if skip is None:
+            micro_step = state["micro_step"] + jnp.int32(1)
+        else:
+            micro_step = state["micro_step"] + jnp.where(skip, jnp.int32(0), jnp.int32(1))
+        if self.every_k_schedule is None:
+            k = jnp.int32(self.every)
+        else:
+            k = _k_at(self.every_k_schedule, state["gradient_step"])
+        fire = micro_step >= k
+        if skip is not None:
+            fire = fire & jnp.logical_not(skip)
 
         def mean(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
             total = slots["acc"]
             dtype = compute_dtype(g, total)
-            averaged = total.astype(dtype) / jnp.asarray(self.every, dtype)
-            return averaged.astype(g.dtype), {"acc": jnp.zeros_like(total)}
+            averaged = total.astype(dtype)
+            if self.use_grad_mean:
+                if self.every_k_schedule is None:
+                    count = jnp.asarray(self.every, dtype)
+                else:  # the calls this cycle accumulated (k, as it fires)
+                    count = micro_step.astype(dtype)
+                averaged = averaged / count
+            return averaged, {"acc": jnp.zeros_like(total)}
 
         def step(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
             # Frozen paths (no accumulator) pass their raw gradient: the inner zeroes them.
@@ -142,17 +274,24 @@ class Accumulate(Transformation):
             new_updates, new_inner = self.inner.update(averaged, inner_state, params, **extra)
             return new_updates, reset["acc"], new_inner
 
-        def wait(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
-            return jax.tree.map(jnp.zeros_like, updates), acc, inner_state
-
         # Both branches return the layout a partial update gives the step counts.
         inner = split_where_absent(state["inner"], updates)
+        stepped = jax.eval_shape(step, acc, inner)[0]  # the update dtypes (state may widen)
+
+        def wait(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
+            return shaped_like(jax.tree.map(jnp.zeros_like, updates), stepped), acc, inner_state
+
         new_updates, acc, inner_state = lax.cond(fire, step, wait, acc, inner)
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),
             "acc": acc,
             "inner": inner_state,
         }
+        if self.counts_steps:
+            old = state["gradient_step"]
+            new_state["gradient_step"] = jnp.where(fire, safe_increment(old), old)
+        if aux is not None:
+            new_state["skip_state"] = aux
         return new_updates, new_state
 
     def _check_paths(self, updates: Any, acc_paths: set[str], params: Any) -> None:
@@ -196,6 +335,9 @@ def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumul
     nothing and leaves that path's accumulator and inner state as they are; every present path
     takes its inner step on the $k$-th call. The mean is passed to `tx` in the gradient's dtype.
 
+    `multi_steps` is the same with optax's options: $k$ as a schedule of the optimizer step,
+    a predicate that skips micro-steps, and the sum instead of the mean.
+
     Args:
         tx: the transformation to apply to the mean gradient (optax ones are wrapped).
         every: the number of calls $k \ge 1$ per optimizer step.
@@ -221,17 +363,134 @@ def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumul
     return Accumulate(tx, every, accumulator_dtype)
 
 
-def multi_steps(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumulate:
-    """Another name for `accumulate` (optax calls it `MultiSteps`).
+ShouldSkipUpdateFn = Callable[[Any, Any, Any], tuple[Any, Any]]
+
+
+def multi_steps(
+    tx: Any,
+    every_k_schedule: int | Module | Callable[[Any], Any] | None = None,
+    *,
+    use_grad_mean: bool = True,
+    should_skip_update_fn: ShouldSkipUpdateFn | None = None,
+    accumulator_dtype: Any = None,
+    every: int | None = None,
+) -> Accumulate:
+    r"""Gradient accumulation with optax's `MultiSteps` options (see `accumulate`).
+
+    Each call adds its gradient to an accumulator and returns zero updates, until the
+    $k$-th accepted call of the cycle, which runs `tx` on the mean (or, with
+    `use_grad_mean=False`, the sum) of the cycle's gradients and returns its updates. $k$ is
+    `every_k_schedule`: an int, or a function of the optimizer step $t$ (the number of inner
+    steps taken so far), so the effective batch size can change over training,
+    $k_t = \mathrm{every\_k\_schedule}(t)$, rounded to the nearest integer and at least 1.
+
+    `should_skip_update_fn(updates, gradient_step, params) -> (should_skip, aux)` is asked
+    about every call's gradient before it is added: where `should_skip` (a bool scalar) is
+    true, the call is as if it never happened (accumulators, `micro_step`, `gradient_step` and
+    the inner state are kept; the updates are zeros) and only `aux`, a dict of arrays, is
+    stored, as `skip_state`, for monitoring. `gradtx.skip_not_finite` and
+    `gradtx.skip_large_updates` are such predicates. A plain function is static structure: pass
+    the same object (a module-level function, or one `functools.partial` kept in a variable)
+    to reuse a compiled step; a gradtx schedule as `every_k_schedule` is a pytree whose numbers
+    are leaves.
+
+    `gradtx.has_updated(state)` says whether the call that returned `state` took the inner
+    step, as optax's `MultiSteps.has_updated`.
 
     Args:
-        tx: the transformation to apply to the mean gradient.
-        every: the number of calls per optimizer step.
+        tx: the transformation to apply to the accumulated gradient (optax ones are wrapped).
+        every_k_schedule: the number of calls per optimizer step: an int $\ge 1$, or a
+            schedule or function of the optimizer step (an int32 scalar) returning it.
+        use_grad_mean: pass `tx` the mean of the cycle's gradients (default) or their sum.
+        should_skip_update_fn: None, or a predicate as above that rejects micro-steps.
         accumulator_dtype: dtype of the accumulators (see `accumulate`).
+        every: gradtx's name for an int `every_k_schedule` (as in `accumulate`); give one of
+            the two.
+
+    State:
+        As `accumulate`'s: `micro_step`, `acc/<path>` and `inner/...`. With a scheduled
+        $k$ or a skip predicate also `gradient_step` (int32 scalar: the inner steps taken),
+        and with a skip predicate `skip_state/...` (the predicate's last `aux`).
 
     Examples:
-        >>> tx = gradtx.multi_steps(gradtx.adam(1e-3), every=4)
-        >>> sorted(tx.init({"w": jnp.zeros(2)}))
-        ['acc', 'inner', 'micro_step']
+        >>> tx = gradtx.multi_steps(
+        ...     gradtx.sgd(1.0),
+        ...     every_k_schedule=lambda step: jnp.where(step < 1, 1, 2),
+        ...     should_skip_update_fn=gradtx.skip_not_finite,
+        ... )
+        >>> state = tx.init({"w": jnp.zeros(2)})
+        >>> for g in ([4.0, 4.0], [float("nan"), 0.0], [1.0, 2.0], [3.0, 4.0]):
+        ...     u, state = tx.update({"w": jnp.array(g)}, state)
+        ...     print(u["w"], bool(gradtx.has_updated(state)), int(state["gradient_step"]))
+        [-4. -4.] True 1
+        [0. 0.] True 1
+        [0. 0.] False 1
+        [-2. -3.] True 2
+        >>> int(state["skip_state"]["num_not_finite"])
+        0
     """
-    return Accumulate(tx, every, accumulator_dtype)
+    if every is not None and every_k_schedule is not None:
+        raise TypeError("multi_steps: give `every_k_schedule` or `every`, not both.")
+    k = every if every_k_schedule is None else every_k_schedule
+    if k is None:
+        raise TypeError("multi_steps: missing `every_k_schedule` (an int or a schedule).")
+    name = "every" if every_k_schedule is None else "every_k_schedule"
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        if k < 1:
+            raise ValueError(f"multi_steps: `{name}` must be an integer >= 1, got {k!r}")
+        return Accumulate(
+            tx,
+            int(k),
+            accumulator_dtype,
+            should_skip_update_fn=should_skip_update_fn,
+            use_grad_mean=use_grad_mean,
+        )
+    if not callable(k):
+        raise ValueError(f"multi_steps: `{name}` must be an integer >= 1 or a schedule, got {k!r}")
+    return Accumulate(
+        tx,
+        None,
+        accumulator_dtype,
+        every_k_schedule=k,
+        should_skip_update_fn=should_skip_update_fn,
+        use_grad_mean=use_grad_mean,
+    )
+
+
+def has_updated(state: Any) -> jax.Array:
+    """Whether the `accumulate` / `multi_steps` call that returned `state` took the inner step.
+
+    True when `micro_step` is back at 0 and, where the state keeps `gradient_step` (a
+    scheduled k or a skip predicate), at least one inner step has been taken: optax's
+    `MultiSteps.has_updated`. As there, a skipped micro-step right after an inner step keeps
+    it true. A fixed-k state without a skip predicate keeps no `gradient_step`, so for the
+    state that `init` returns (before any call) it is true as well.
+
+    Args:
+        state: the state of an `accumulate` or `multi_steps` transformation (inside a chain,
+            its entry, e.g. `state["accumulate"]`).
+
+    Returns:
+        A bool scalar array (works under `jit`).
+
+    Examples:
+        >>> tx = gradtx.multi_steps(gradtx.sgd(0.1), every_k_schedule=2)
+        >>> state = tx.init({"w": jnp.zeros(2)})
+        >>> _, state = tx.update({"w": jnp.ones(2)}, state)
+        >>> bool(gradtx.has_updated(state))
+        False
+        >>> _, state = tx.update({"w": jnp.ones(2)}, state)
+        >>> bool(gradtx.has_updated(state))
+        True
+    """
+    if not isinstance(state, Mapping) or "micro_step" not in state:
+        found = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+        raise KeyError(
+            "has_updated: expected the state of `accumulate` or `multi_steps` (a dict with "
+            f"'micro_step'), got {found}. Inside a chain, pass that step's entry, for example "
+            "`state['accumulate']`."
+        )
+    done = jnp.asarray(state["micro_step"]) == 0
+    if "gradient_step" in state:
+        done = done & (jnp.asarray(state["gradient_step"]) > 0)
+    return done

@@ -17,6 +17,14 @@ from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._paths.selectors import Selector
 from gradtx._schedules.base import FunctionSchedule, Schedule
+from gradtx._schedules.stateful import (
+    StatefulSchedule,
+    advance,
+    as_stateful_schedule,
+    is_stateful_schedule,
+    start,
+    value_at,
+)
 
 __all__ = ["InjectHyperparams", "InjectState", "inject_hyperparams"]
 
@@ -29,13 +37,15 @@ class InjectState(Module):
     """State of `inject_hyperparams`.
 
     Holds the step `count`, the `hyperparams` used at the last step (`{name: value}`, in the
-    hyperparameter dtype) and the `inner` state.
+    hyperparameter dtype), the `inner` state and, when some hyperparameters follow stateful
+    schedules, their states (`schedule_states`, `{name: state}`; None otherwise).
     """
 
     count: Any = None
     hyperparams: dict = None  # type: ignore[assignment]
     inner: Any = None
     scheduled: tuple = static(())  # names that follow a schedule (set_hyperparams refuses them)
+    schedule_states: dict | None = None
 
 
 def _is_number(value: Any) -> bool:
@@ -44,8 +54,13 @@ def _is_number(value: Any) -> bool:
     if isinstance(value, (int, float, np.integer, np.floating)):
         return True
     if isinstance(value, (jax.Array, np.ndarray)):
-        return np.issubdtype(value.dtype, np.number) and not np.issubdtype(
-            value.dtype, np.complexfloating
+        # jax's issubdtype knows ml_dtypes (bfloat16 is a number) and typed PRNG keys (not);
+        # a uint32 array is a raw PRNG key (`jax.random.PRNGKey`): data, not a hyperparameter.
+        dtype = value.dtype
+        if jax.dtypes.issubdtype(dtype, np.unsignedinteger):
+            return False
+        return jax.dtypes.issubdtype(dtype, np.number) and not jax.dtypes.issubdtype(
+            dtype, np.complexfloating
         )
     return False
 
@@ -68,7 +83,7 @@ def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
     A Python int given for an argument whose default is an int (a period, a count of steps)
     stays static.
     """
-    if isinstance(value, Schedule):
+    if isinstance(value, Schedule) or is_stateful_schedule(value):
         return True
     if _is_number(value):
         int_default = isinstance(default, int) and not isinstance(default, bool)
@@ -82,7 +97,7 @@ class InjectHyperparams(Transformation):
     """A transformation rebuilt every step from hyperparameters kept in its state."""
 
     factory: Callable = static(None)
-    hparams: dict = None  # type: ignore[assignment]  # name -> float32 value or Schedule
+    hparams: dict = None  # type: ignore[assignment]  # name -> float32 value or a schedule
     static_kwargs: tuple = static(())  # ((name, StaticValue), ...)
     dtype: Any = static(None)
     label: str = static("inject_hyperparams")
@@ -93,17 +108,44 @@ class InjectHyperparams(Transformation):
         return self.label
 
     def _scheduled(self) -> tuple[str, ...]:
-        return tuple(n for n, v in self.hparams.items() if isinstance(v, Schedule))
+        kinds = (Schedule, StatefulSchedule)
+        return tuple(n for n, v in self.hparams.items() if isinstance(v, kinds))
 
-    def _values(self, count: Any, stored: dict | None) -> dict[str, Any]:
+    def _owner(self) -> str:
+        return f"inject_hyperparams({self.label})"
+
+    def _stateful(self) -> dict[str, StatefulSchedule]:
+        return {n: v for n, v in self.hparams.items() if isinstance(v, StatefulSchedule)}
+
+    def _start(self) -> dict[str, Any] | None:
+        """The initial states of the stateful schedules, or None when there are none."""
+        states = {name: start(self._owner(), name, s) for name, s in self._stateful().items()}
+        return states or None
+
+    def _values(
+        self, count: Any, stored: dict | None, states: dict | None = None, extra: Any = None
+    ) -> dict[str, Any]:
+        """Each hyperparameter for a step at `count` (stateful schedules: in `states`)."""
         values = {}
         for name, value in self.hparams.items():
             if isinstance(value, Schedule):
                 value = value(count)
+            elif isinstance(value, StatefulSchedule):
+                own = states[name] if states is not None else start(self._owner(), name, value)
+                value = value_at(self._owner(), name, value, own, extra or {})
             elif stored is not None:
                 value = stored[name]
             values[name] = jnp.asarray(value).astype(self.dtype)
         return values
+
+    def _advance(self, states: dict | None, extra: dict[str, Any]) -> dict[str, Any] | None:
+        """The stateful schedules' states after a step with the extra arguments `extra`."""
+        if states is None:
+            return None
+        return {
+            name: advance(self._owner(), name, self.hparams[name], own, extra)
+            for name, own in states.items()
+        }
 
     def build(self, values: dict[str, Any]) -> Transformation:
         """The inner transformation for the given hyperparameter values."""
@@ -112,28 +154,39 @@ class InjectHyperparams(Transformation):
         return as_transformation(built, f"inject_hyperparams({self.label})")
 
     def init(self, params: Any) -> InjectState:
-        """Count 0, the hyperparameters at step 0, and the inner state."""
+        """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""
         count = jnp.zeros((), jnp.int32)
-        values = self._values(count, None)
+        states = self._start()
+        values = self._values(count, None, states)
         inner = self.build(values).init(params)
-        return InjectState(count, values, inner, self._scheduled())
+        return InjectState(count, values, inner, self._scheduled(), states)
 
     def update(
         self, updates: Any, state: InjectState, params: Any = None, **extra: Any
     ) -> tuple[Any, InjectState]:
         """Run the inner update with the hyperparameters of this step.
 
-        Schedules are evaluated at the count, the other values read from the state.
+        Schedules are evaluated at the count and stateful schedules in their states with
+        this step's `**extra` (then their states advance with it); the other values are read
+        from the state.
         """
         if not isinstance(state, InjectState):
             raise TypeError(
                 f"inject_hyperparams({self.label}): expected the state made by its init (an "
                 f"InjectState), got {type(state).__name__}."
             )
-        values = self._values(state.count, state.hyperparams)
+        have, want = sorted(state.schedule_states or ()), sorted(self._stateful())
+        if have != want:
+            raise TypeError(
+                f"{self._owner()}: the state holds the states of the stateful schedules {have}, "
+                f"but this transformation's stateful schedules are {want}; was the state made "
+                "by another transformation's init?"
+            )
+        values = self._values(state.count, state.hyperparams, state.schedule_states, extra)
         updates, inner = self.build(values).update(updates, state.inner, params, **extra)
         count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-        return updates, InjectState(count, values, inner, state.scheduled)
+        states = self._advance(state.schedule_states, extra)
+        return updates, InjectState(count, values, inner, state.scheduled, states)
 
     def eval_params(self, state: InjectState, params: Any) -> Any:
         """The eval weights of the inner transformation built as at the last step."""
@@ -152,6 +205,8 @@ class InjectHyperparams(Transformation):
         """
         values = self._values(np.int32(step), None)
         for name, value in self.hparams.items():
+            if isinstance(value, StatefulSchedule):  # shown as at init: no step's arguments here
+                value = value_at(self._owner(), name, value, start(self._owner(), name, value), {})
             wanted = np.float32(value(np.int32(step)) if isinstance(value, Schedule) else value)
             _warn_if_rounded(self.label, name, float(wanted), values[name], self.dtype)
         return self.build(values).describe(params, step)
@@ -190,12 +245,13 @@ def inject_hyperparams(
     what `adam(learning_rate=x)` gives.
 
     Which arguments are hyperparameters is decided by kind, never guessed from a value alone:
-    numbers and numeric arrays are hyperparameters; gradtx schedules are schedules; a plain
-    function is a schedule only for a numeric argument (one with a numeric default, or a
-    required one) not named like a mask (`mask`, `where`, `labels`, ...), so a function passed
-    as `mask=` stays a mask; a Python int for an argument whose default is an int stays
-    static; selectors, dtypes, bools, `None` and everything else are static. Name an argument
-    in `static_args` to force it static.
+    numbers and numeric arrays are hyperparameters; gradtx schedules (stateful ones too) and
+    optax's stateful schedules are schedules; a plain function is a schedule only for a
+    numeric argument (one with a numeric default, or a required one) not named like a mask
+    (`mask`, `where`, `labels`, ...), so a function passed as `mask=` stays a mask; a Python
+    int for an argument whose default is an int stays static; selectors, dtypes, bools,
+    `None` and everything else are static. Name an argument in `static_args` to force it
+    static.
 
     Args:
         factory: a function returning a transformation (`gradtx.adam`, `gradtx.sgd`, a
@@ -204,9 +260,14 @@ def inject_hyperparams(
         hyperparam_dtype: the dtype hyperparameters are kept in (default float32).
             `gradtx.explain` warns when a value is not representable in it.
 
+    A `gradtx.schedules.StatefulSchedule` (a plateau schedule, say) is evaluated in a state
+    of its own with the extra arguments of each `update` call (`value=loss`), and its state
+    is kept in the injected state under `schedule_states/<name>`, where `state_dict`, `save`
+    and `restore` see it; this is what optax's `inject_stateful_hyperparams` does.
+
     Returns:
         A function taking the factory's arguments and returning the transformation. Its state
-        is an `InjectState(count, hyperparams, inner)`.
+        is an `InjectState(count, hyperparams, inner, scheduled, schedule_states)`.
 
     Examples:
         >>> tx = gradtx.inject_hyperparams(gradtx.adamw)(
@@ -254,7 +315,9 @@ def inject_hyperparams(
         for name, value in given.items():
             default = defaults.get(name, inspect.Parameter.empty)
             if name not in forced and _is_hyperparameter(name, value, default):
-                if _is_plain_function(value):
+                if is_stateful_schedule(value):
+                    value = as_stateful_schedule(value)
+                elif _is_plain_function(value):
                     value = FunctionSchedule(value)
                 elif not isinstance(value, Schedule):
                     # A number is kept as a NumPy float32 scalar, which Flax NNX counts as

@@ -311,10 +311,12 @@ def _injected(state: Any) -> list[Mapping]:
 
 
 def _scalar(value: Any) -> float | int | None:
+    if jax.dtypes.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key):
+        return None  # a typed PRNG key is no number
     array = np.asarray(value)
-    if array.shape != () or not np.issubdtype(array.dtype, np.number):
+    if array.shape != () or not jax.dtypes.issubdtype(array.dtype, np.number):
         return None
-    return float(array) if np.issubdtype(array.dtype, np.floating) else int(array)
+    return float(array) if jax.dtypes.issubdtype(array.dtype, np.inexact) else int(array)
 
 
 def injected_hyperparams(inner: Any, step: int = 0) -> dict[str, float | int]:

@@ -19,11 +19,14 @@ def lion(
     mu_dtype: Any = None,
     weight_decay: float = 1e-3,
     mask: Any = None,
+    *,
+    mode: str = "hard",
+    smooth_beta: float = 1.0,
 ) -> Any:
     r"""Lion: the sign of an interpolated momentum, with decoupled weight decay.
 
-    `chain(scale_by_lion(b1, b2), add_decayed_weights(weight_decay, mask),
-    scale_by_learning_rate(learning_rate))`:
+    `chain(scale_by_lion(b1, b2, mode=mode, smooth_beta=smooth_beta),
+    add_decayed_weights(weight_decay, mask), scale_by_learning_rate(learning_rate))`:
 
     $$\theta_t = \theta_{t-1} - \eta\big(\operatorname{sign}(\beta_1 m_{t-1} + (1-\beta_1) g_t)
       + \lambda\,\theta_{t-1}\big),\qquad m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t$$
@@ -35,6 +38,10 @@ def lion(
         mu_dtype: dtype of the momentum (default: the parameter's dtype).
         weight_decay: the decoupled decay rate $\lambda$ (typically 3-10x larger than AdamW's).
         mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
+        mode: `"hard"` (the sign, Lion as published), `"smooth"` (`tanh(smooth_beta * x)`) or
+            `"refined"` (`x` where `|x| < 1`, its sign elsewhere); see `scale_by_lion`. optax
+            has these on `scale_by_lion` only.
+        smooth_beta: the slope of the `"smooth"` mode.
 
     State:
         `mu/<path>`; `schedule_count/<path>` with a schedule.
@@ -49,7 +56,7 @@ def lion(
     """
     return optimizer(
         "lion",
-        scale_by_lion(b1, b2, mu_dtype),
+        scale_by_lion(b1, b2, mu_dtype, mode=mode, smooth_beta=smooth_beta),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

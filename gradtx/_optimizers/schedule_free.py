@@ -11,7 +11,7 @@ import numpy as np
 from gradtx._combinators.chain import optimizer
 from gradtx._combinators.schedule_free import ScheduleFree
 from gradtx._core.elementwise import hyperparam_at
-from gradtx._core.module import Module, hyperparam
+from gradtx._core.module import Module, decay_rate, hyperparam
 from gradtx._schedules.base import Schedule
 from gradtx._schedules.warmups import warmup_constant
 from gradtx._transforms.rms import scale_by_rms
@@ -65,7 +65,7 @@ class AdamStepSize(Schedule):
     """
 
     rate: Any = hyperparam()
-    b2: Any = hyperparam()
+    b2: Any = hyperparam(check=decay_rate)
 
     def __call__(self, step: Any) -> jax.Array:
         """The corrected rate after `step` earlier updates."""

@@ -1,1 +1,1 @@
-"""Schedules: small pytrees callable as `schedule(step)`."""
+"""Schedules: small pytrees callable as `schedule(step)`, and stateful schedules."""

@@ -183,8 +183,9 @@ def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, 
     if _has_arrays(getattr(ostate, "hyperparams_states", None)):
         raise ValueError(
             f"from_optax: optax's state at {where} ({_describe(ostate)}) keeps the state of "
-            f"stateful schedules ({sorted(ostate.hyperparams_states)}); gradtx schedules keep "
-            "none, so it cannot be carried over."
+            f"stateful schedules ({sorted(ostate.hyperparams_states)}), laid out as each "
+            "schedule chooses, so it cannot be carried over; load it by hand into gradtx's "
+            "`schedule_states/<name>` keys (gradtx.load_state_dict)."
         )
     count_key = _join(prefix, "count")
     count = jnp.asarray(ostate.count)

@@ -36,9 +36,7 @@ def _walk(state: Any, prefix: str, visit: Any) -> Any:
         if _is_inject(leaf):
             here = _join(prefix, path_of(key_path)) if key_path else prefix
             leaf = visit(here, leaf)
-            leaf = InjectState(
-                leaf.count, leaf.hyperparams, _walk(leaf.inner, here, visit), leaf.scheduled
-            )
+            leaf = leaf.replace(inner=_walk(leaf.inner, here, visit))
         out.append(leaf)
     return treedef.unflatten(out)
 
@@ -125,7 +123,7 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
                 )
             new[name] = value.astype(old.dtype)
             done.add(key)
-        return InjectState(node.count, new, node.inner, node.scheduled)
+        return node.replace(hyperparams=new)
 
     return _walk(state, "", visit)
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.rms import filled_for
 
 __all__ = ["scale_by_adadelta", "scale_by_rss"]
@@ -20,7 +20,7 @@ class ScaleByRss(ElementwiseTransform):
 
     name: ClassVar[str] = "scale_by_rss"
     initial_accumulator_value: Any = hyperparam(0.1)
-    eps: Any = hyperparam(1e-7)
+    eps: Any = hyperparam(1e-7, check=non_negative)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -39,15 +39,15 @@ class ScaleByRss(ElementwiseTransform):
         grad = g.astype(dtype)
         total = as_stored(old.astype(dtype) + grad * grad, old)
         scale = jnp.where(total > 0, jax.lax.rsqrt(total + self.eps.astype(dtype)), 0)
-        return (grad * scale).astype(g.dtype), {"sum_of_squares": total}
+        return grad * scale, {"sum_of_squares": total}
 
 
 class ScaleByAdadelta(ElementwiseTransform):
     """Adadelta's rescaling (see `scale_by_adadelta`)."""
 
     name: ClassVar[str] = "scale_by_adadelta"
-    rho: Any = hyperparam(0.9)
-    eps: Any = hyperparam(1e-6)
+    rho: Any = hyperparam(0.9, check=decay_rate)
+    eps: Any = hyperparam(1e-6, check=non_negative)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -70,7 +70,7 @@ class ScaleByAdadelta(ElementwiseTransform):
         prev_u2 = old_u2.astype(dtype)
         u = jnp.sqrt(prev_u2 + eps) / jnp.sqrt(mean_g2 + eps) * grad
         mean_u2 = (1 - rho) * (u * u) + rho * prev_u2
-        return u.astype(g.dtype), {"mean_sq_grad": mean_g2, "mean_sq_update": mean_u2}
+        return u, {"mean_sq_grad": mean_g2, "mean_sq_update": mean_u2}
 
 
 def scale_by_rss(

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 
 __all__ = ["scale_by_adam"]
 
@@ -17,10 +17,10 @@ class ScaleByAdam(ElementwiseTransform):
     """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
 
     name: ClassVar[str] = "scale_by_adam"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
@@ -53,7 +53,7 @@ class ScaleByAdam(ElementwiseTransform):
         nu_hat = nu / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = mu_hat / (jnp.sqrt(nu_hat + eps_root) + eps)
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+        return u, {"mu": mu, "nu": nu, "count": count}
 
 
 def scale_by_adam(

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.rms import filled_for
 
 __all__ = [
@@ -53,10 +53,10 @@ class ScaleByAmsgrad(_Moments):
     """Adam with the running maximum of the second moment (see `scale_by_amsgrad`)."""
 
     name: ClassVar[str] = "scale_by_amsgrad"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
     bias_correction_mu: bool = static(True)
@@ -83,16 +83,16 @@ class ScaleByAmsgrad(_Moments):
         nu_max = as_stored(jnp.maximum(slots["nu_max"].astype(dtype), nu_hat), slots["nu_max"])
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = mu_hat / (jnp.sqrt(nu_max + eps_root) + eps)
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "nu_max": nu_max, "count": count}
+        return u, {"mu": mu, "nu": nu, "nu_max": nu_max, "count": count}
 
 
 class ScaleByAdamax(_Moments):
     """Adam with the infinity norm (see `scale_by_adamax`)."""
 
     name: ClassVar[str] = "scale_by_adamax"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-8)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
 
@@ -107,17 +107,17 @@ class ScaleByAdamax(_Moments):
         )
         count = slots["count"] + jnp.int32(1)
         u = mu / (1 - b1 ** count.astype(dtype)) / nu
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+        return u, {"mu": mu, "nu": nu, "count": count}
 
 
 class ScaleByBelief(_Moments):
     """AdaBelief's rescaling (see `scale_by_belief`)."""
 
     name: ClassVar[str] = "scale_by_belief"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-16)
-    eps_root: Any = hyperparam(1e-16)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-16, check=non_negative)
+    eps_root: Any = hyperparam(1e-16, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
@@ -135,7 +135,7 @@ class ScaleByBelief(_Moments):
         t = count.astype(dtype)
         mu_hat = _first_moment_hat(mu, grad, b1, t, self.nesterov)
         u = mu_hat / (jnp.sqrt(nu / (1 - b2**t)) + eps)
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+        return u, {"mu": mu, "nu": nu, "count": count}
 
 
 def _bernoulli_ratio_difference(t: Any, x: Any) -> Any:
@@ -178,10 +178,10 @@ class ScaleByRadam(_Moments):
     """Rectified Adam's rescaling (see `scale_by_radam`)."""
 
     name: ClassVar[str] = "scale_by_radam"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     threshold: Any = hyperparam(5.0)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
@@ -207,17 +207,17 @@ class ScaleByRadam(_Moments):
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         adaptive = r * mu_hat / (jnp.sqrt(nu_hat + eps_root) + eps)
         u = jnp.where(rectified, adaptive, mu_hat)
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+        return u, {"mu": mu, "nu": nu, "count": count}
 
 
 class ScaleByYogi(_Moments):
     """Yogi's rescaling (see `scale_by_yogi`)."""
 
     name: ClassVar[str] = "scale_by_yogi"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    eps: Any = hyperparam(1e-3)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-3, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     initial_accumulator_value: Any = hyperparam(1e-6)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
@@ -242,18 +242,18 @@ class ScaleByYogi(_Moments):
         t = count.astype(dtype)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = mu / (1 - b1**t) / (jnp.sqrt(nu / (1 - b2**t) + eps_root) + eps)
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": count}
+        return u, {"mu": mu, "nu": nu, "count": count}
 
 
 class ScaleByAdan(ElementwiseTransform):
     """Adan's rescaling (see `scale_by_adan`)."""
 
     name: ClassVar[str] = "scale_by_adan"
-    b1: Any = hyperparam(0.98)
-    b2: Any = hyperparam(0.92)
-    b3: Any = hyperparam(0.99)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.98, check=decay_rate)
+    b2: Any = hyperparam(0.92, check=decay_rate)
+    b3: Any = hyperparam(0.99, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
 
@@ -288,7 +288,7 @@ class ScaleByAdan(ElementwiseTransform):
         direction = mu / (1 - b1**t) + (1 - b2) * delta / (1 - b2**t)
         u = direction / (jnp.sqrt(nu / (1 - b3**t) + eps_root) + eps)
         new = {"mu": mu, "delta": delta, "nu": nu, "prev_grad": grad, "count": count}
-        return u.astype(g.dtype), new
+        return u, new
 
 
 def scale_by_amsgrad(

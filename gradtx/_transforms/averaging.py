@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, static
 
 __all__ = ["ema"]
 
@@ -17,7 +17,7 @@ class Ema(ElementwiseTransform):
     """An exponential moving average of the updates (see `ema`)."""
 
     name: ClassVar[str] = "ema"
-    decay: Any = hyperparam()
+    decay: Any = hyperparam(check=decay_rate)
     debias: bool = static(True)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
 
@@ -40,10 +40,10 @@ class Ema(ElementwiseTransform):
             decay * slots["ema"].astype(dtype) + (1 - decay) * g.astype(dtype), slots["ema"]
         )
         if not self.debias:
-            return new.astype(g.dtype), {"ema": new}
+            return new, {"ema": new}
         count = slots["count"] + jnp.int32(1)
         u = new / (1 - decay ** count.astype(dtype))
-        return u.astype(g.dtype), {"ema": new, "count": count}
+        return u, {"ema": new, "count": count}
 
 
 def ema(decay: float, debias: bool = True, accumulator_dtype: Any = None) -> Ema:

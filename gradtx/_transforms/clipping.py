@@ -10,7 +10,7 @@ from jax import lax
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype, map_updates, split_explicitly
-from gradtx._core.module import hyperparam
+from gradtx._core.module import hyperparam, positive
 from gradtx._core.statistics import Statistics
 from gradtx._core.widening import narrow_source
 from gradtx._layouts.complex import is_complex, to_real
@@ -86,7 +86,7 @@ class Clip(ElementwiseTransform):
     """Clip each element to `[-max_delta, max_delta]` (see `clip`)."""
 
     name: ClassVar[str] = "clip"
-    max_delta: Any = hyperparam()
+    max_delta: Any = hyperparam(check=positive)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = clip(g, -max_delta, max_delta)`."""
@@ -98,7 +98,7 @@ class ClipByGlobalNorm(ElementwiseTransform):
     """Rescale all updates together so their global norm is at most `max_norm`."""
 
     name: ClassVar[str] = "clip_by_global_norm"
-    max_norm: Any = hyperparam()
+    max_norm: Any = hyperparam(check=positive)
 
     def state_keys(self) -> tuple[str, ...]:
         """The statistics `global_norm` and `clipped`."""

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
-from gradtx._core.module import as_int, field, hyperparam, static
+from gradtx._core.module import as_int, field, hyperparam, non_negative, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, virtual
@@ -51,7 +51,7 @@ class ScaleByFactoredRms(StackedTransform):
     decay_rate: Any = hyperparam(0.8)
     step_offset: Any = field(default=0, converter=as_int)
     min_dim_size_to_factor: int = static(128)
-    epsilon: Any = hyperparam(1e-30)
+    epsilon: Any = hyperparam(1e-30, check=non_negative)
     decay_rate_fn: Any = static(None)
     stacked: Any = static((), converter=as_stacked)
 
@@ -110,7 +110,7 @@ class ScaleByFactoredRms(StackedTransform):
         g2 = grad * grad + self.epsilon.astype(dtype)
         v = as_stored(beta * slots["v"].astype(dtype) + (1 - beta) * g2, slots["v"])
         u = grad / jnp.sqrt(v)
-        return u.astype(g.dtype), {"v": v, "count": slots["count"] + jnp.int32(1)}
+        return u, {"v": v, "count": slots["count"] + jnp.int32(1)}
 
     def _update_factored(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         dtype = compute_dtype(g, slots["v_row"], slots["v_col"])
@@ -128,7 +128,7 @@ class ScaleByFactoredRms(StackedTransform):
         col_factor = jnp.expand_dims(1 / jnp.sqrt(col), d1)
         u = grad * row_factor * col_factor
         changed = {"v_row": row, "v_col": col, "count": slots["count"] + jnp.int32(1)}
-        return u.astype(g.dtype), changed
+        return u, changed
 
 
 def scale_by_factored_rms(

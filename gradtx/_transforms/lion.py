@@ -8,9 +8,17 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, static
 
 __all__ = ["scale_by_lion"]
+
+_MODES = ("hard", "smooth", "refined")
+
+
+def _as_mode(value: Any, name: str = "mode") -> str:
+    if not isinstance(value, str) or value not in _MODES:
+        raise ValueError(f"scale_by_lion: `mode` must be one of {list(_MODES)}, got {value!r}")
+    return value
 
 
 class ScaleByLion(ElementwiseTransform):
@@ -18,8 +26,10 @@ class ScaleByLion(ElementwiseTransform):
 
     name: ClassVar[str] = "scale_by_lion"
     b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.99)
+    b2: Any = hyperparam(0.99, check=decay_rate)
     mu_dtype: Any = static(None, converter=dtype_or_none)
+    mode: str = static("hard", converter=_as_mode)
+    smooth_beta: Any = hyperparam(None)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu`."""
@@ -39,12 +49,27 @@ class ScaleByLion(ElementwiseTransform):
         dtype = compute_dtype(g, slots["mu"])
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         grad = g.astype(dtype)
-        new_mu = as_stored(b2 * slots["mu"].astype(dtype) + (1 - b2) * grad, slots["mu"])
-        u = jnp.sign(b1 * new_mu + (b2 - b1) * grad)
-        return u.astype(g.dtype), {"mu": new_mu}
+        old_mu = slots["mu"].astype(dtype)
+        new_mu = as_stored(b2 * old_mu + (1 - b2) * grad, slots["mu"])
+        # The soft modes need the interpolation's size, not only its sign: from the old `mu`.
+        x = (1 - b1) * grad + b1 * old_mu
+        if self.mode == "hard":
+            # b2 = 0 makes the read-off form 0 * x: then the interpolation itself.
+            read_off = b1 * new_mu + (b2 - b1) * grad
+            return jnp.sign(jnp.where(b2 > 0, read_off, x)), {"mu": new_mu}
+        if self.mode == "smooth":
+            return jnp.tanh(self.smooth_beta.astype(dtype) * x), {"mu": new_mu}
+        return jnp.where(jnp.abs(x) < 1, x, jnp.sign(x)), {"mu": new_mu}
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Any = None) -> ScaleByLion:
+def scale_by_lion(
+    b1: float = 0.9,
+    b2: float = 0.99,
+    mu_dtype: Any = None,
+    *,
+    mode: str = "hard",
+    smooth_beta: float = 1.0,
+) -> ScaleByLion:
     r"""Rescale updates by the sign of Lion's interpolated momentum.
 
     Per path, from the momentum $m_{t-1}$ as stored:
@@ -55,12 +80,19 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Any = None) -> Sc
     Every element of the update is $-1$, $0$ or $1$, so the learning rate sets the step length
     directly (Lion's learning rates are typically 3-10x smaller than Adam's). The update and the
     new momentum are both computed from one read of the stored momentum, so a donated state
-    buffer is overwritten in place. Only optax's default `mode="hard"` exists here.
+    buffer is overwritten in place.
+
+    `mode` replaces the sign of $x_t = \beta_1 m_{t-1} + (1-\beta_1) g_t$ by a softer
+    function, as in optax: `"smooth"` takes $\tanh(\beta_s x_t)$ ($\beta_s$ =
+    `smooth_beta`; larger values approach the sign), `"refined"` keeps $x_t$ where
+    $|x_t| < 1$ and its sign elsewhere. Small interpolations then give small steps.
 
     Args:
         b1: interpolation between momentum and gradient for the update.
         b2: decay of the momentum.
         mu_dtype: dtype of `mu` (default: the parameter's dtype).
+        mode: `"hard"` (the sign, Lion as published), `"smooth"` or `"refined"`.
+        smooth_beta: the slope $\beta_s$ of the `"smooth"` mode (not kept by the others).
 
     State:
         `mu/<path>` shaped like the parameter.
@@ -75,4 +107,5 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype: Any = None) -> Sc
     References:
         Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023.
     """
-    return ScaleByLion(b1, b2, mu_dtype)
+    # Only the smooth mode reads `smooth_beta`: the others keep no leaf for it.
+    return ScaleByLion(b1, b2, mu_dtype, mode, smooth_beta if mode == "smooth" else None)

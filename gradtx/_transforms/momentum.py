@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, cast, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import hyperparam, momentum_rate, static
 
 __all__ = ["trace"]
 
@@ -15,7 +15,7 @@ class Trace(ElementwiseTransform):
     """Heavy-ball or Nesterov momentum (see `trace`)."""
 
     name: ClassVar[str] = "trace"
-    decay: Any = hyperparam()
+    decay: Any = hyperparam(check=momentum_rate)
     nesterov: bool = static(False)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
 

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, map_updates
-from gradtx._core.module import hyperparam
+from gradtx._core.module import hyperparam, non_negative
 from gradtx._transforms.clipping import global_norm
 
 __all__ = ["normalize_by_update_norm"]
@@ -17,7 +17,7 @@ class NormalizeByUpdateNorm(ElementwiseTransform):
 
     name: ClassVar[str] = "normalize_by_update_norm"
     scale_factor: Any = hyperparam(1.0)
-    eps: Any = hyperparam(1e-6)
+    eps: Any = hyperparam(1e-6, check=non_negative)
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """`u = scale_factor * g / (||g|| + eps)`, the norm over every present leaf."""

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.clipping import _sum_of_squares
 
@@ -28,10 +28,10 @@ class ScaleByNovograd(ElementwiseTransform):
 
     name: ClassVar[str] = "scale_by_novograd"
     per_leaf_structure: ClassVar[bool] = True
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.25)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.25, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     weight_decay: Any = hyperparam(None)
     mu_dtype: Any = static(None, converter=dtype_or_none)
 
@@ -71,7 +71,7 @@ class ScaleByNovograd(ElementwiseTransform):
         if self.weight_decay is not None:
             step = step + self.weight_decay.astype(dtype) * param.astype(dtype)
         mu = as_stored(b1 * slots["mu"].astype(dtype) + step, slots["mu"])
-        return mu.astype(g.dtype), {"mu": mu, "nu": nu, "count": slots["count"] + 1}
+        return mu, {"mu": mu, "nu": nu, "count": slots["count"] + 1}
 
 
 def scale_by_novograd(

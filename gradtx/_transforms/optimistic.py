@@ -35,7 +35,7 @@ class ScaleByOptimisticGradient(ElementwiseTransform):
         prev = jnp.where(slots["count"] == 0, grad, slots["previous_gradient"].astype(dtype))
         alpha, beta = self.alpha.astype(dtype), self.beta.astype(dtype)
         u = (alpha + beta) * grad - beta * prev
-        return u.astype(g.dtype), {"previous_gradient": grad, "count": slots["count"] + 1}
+        return u, {"previous_gradient": grad, "count": slots["count"] + 1}
 
 
 def scale_by_optimistic_gradient(

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, map_updates
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._transforms.clipping import global_sum_of_squares
 
 __all__ = ["scale_by_polyak"]
@@ -38,7 +38,7 @@ class ScaleByPolyak(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_polyak"
     f_min: Any = hyperparam(0.0)
     max_learning_rate: Any = hyperparam(1.0)
-    eps: Any = hyperparam(0.0)
+    eps: Any = hyperparam(0.0, check=non_negative)
     variant: str = static("sps", converter=_variant)
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:

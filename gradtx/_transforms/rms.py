@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 
 __all__ = ["scale_by_rms", "scale_by_stddev"]
 
@@ -23,8 +23,8 @@ def filled_for(param: Any, value: Any, dtype: Any = None) -> Any:
 class _MovingSquares(ElementwiseTransform):
     """Shared fields and slots of `ScaleByRms` and `ScaleByStddev`."""
 
-    decay: Any = hyperparam(0.9)
-    eps: Any = hyperparam(1e-8)
+    decay: Any = hyperparam(0.9, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     initial_scale: Any = hyperparam(0.0)
     eps_in_sqrt: bool = static(True)
     bias_correction: bool = static(False)
@@ -71,7 +71,7 @@ class _MovingSquares(ElementwiseTransform):
             scaling = jax.lax.rsqrt(second + eps)
         else:
             scaling = 1 / (jnp.sqrt(second) + eps)
-        return (scaling * grad).astype(g.dtype), new
+        return scaling * grad, new
 
 
 class ScaleByRms(_MovingSquares):

@@ -156,7 +156,7 @@ class ScaleByLearningRate(RecordsScheduledValue):
     schedule_field: ClassVar[str] = "learning_rate"
 
     name: ClassVar[str] = "scale_by_learning_rate"
-    learning_rate: Any = hyperparam()
+    learning_rate: Any = hyperparam(required=True)
     flip_sign: bool = static(True)
 
     def update(

@@ -27,7 +27,7 @@ class ScaleByRprop(ElementwiseTransform):
     """Rprop's sign-driven per-element step sizes (see `scale_by_rprop`)."""
 
     name: ClassVar[str] = "scale_by_rprop"
-    learning_rate: Any = hyperparam()
+    learning_rate: Any = hyperparam(required=True)
     eta_minus: Any = hyperparam(0.5)
     eta_plus: Any = hyperparam(1.2)
     min_step_size: Any = hyperparam(1e-6)
@@ -55,7 +55,7 @@ class ScaleByRprop(ElementwiseTransform):
         lo, hi = self.min_step_size.astype(dtype), self.max_step_size.astype(dtype)
         step = jnp.where(agreement == 0, step, jnp.clip(step * factor, lo, hi))
         u = jnp.where(agreement < 0, jnp.zeros_like(grad), step * jnp.sign(grad))
-        return u.astype(g.dtype), {"step_sizes": step, "prev_updates": u}
+        return u, {"step_sizes": step, "prev_updates": u}
 
 
 def scale_by_sign() -> ScaleBySign:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import compute_dtype
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._paths.selectors import select
 from gradtx._transforms.clipping import _sum_of_squares
@@ -30,7 +30,7 @@ class ScaleByTrustRatio(StackedTransform):
     needs_params: ClassVar[bool] = True
     min_norm: Any = hyperparam(0.0)
     trust_coefficient: Any = hyperparam(1.0)
-    eps: Any = hyperparam(0.0)
+    eps: Any = hyperparam(0.0, check=non_negative)
     mask: Any = static(None, converter=_optional_selector)
     stacked: Any = static((), converter=as_stacked)
 
@@ -114,7 +114,7 @@ class FromageStep(ElementwiseTransform):
 
     name: ClassVar[str] = "fromage_step"
     needs_params: ClassVar[bool] = True
-    learning_rate: Any = hyperparam()
+    learning_rate: Any = hyperparam(required=True)
 
     def state_keys(self) -> tuple[str, ...]:
         """`schedule_count` when the learning rate is a schedule, else nothing."""
@@ -139,4 +139,4 @@ class FromageStep(ElementwiseTransform):
         # 1 / root - 1 without cancellation (it is about -lr^2 / 2 for small lr)
         shrink = -(lr * lr) / (root * (1 + root))
         u = -(lr / root) * g.astype(dtype) + shrink * param.astype(dtype)
-        return u.astype(g.dtype), changed
+        return u, changed

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -20,12 +20,12 @@ class ScaleByAdemamix(ElementwiseTransform):
     """AdEMAMix's rescaling (see `scale_by_ademamix`)."""
 
     name: ClassVar[str] = "scale_by_ademamix"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    b3: Any = hyperparam(0.9999)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    b3: Any = hyperparam(0.9999, check=decay_rate)
     alpha: Any = hyperparam(6.0)
-    eps: Any = hyperparam(1e-8)
-    eps_root: Any = hyperparam(0.0)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -56,7 +56,7 @@ class ScaleByAdemamix(ElementwiseTransform):
         m1_hat, nu_hat = m1 / (1 - b1**t), nu / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = (m1_hat + alpha * m2) / (jnp.sqrt(nu_hat + eps_root) + eps)
-        return u.astype(g.dtype), {"m1": m1, "m2": m2, "nu": nu, "count": count + 1}
+        return u, {"m1": m1, "m2": m2, "nu": nu, "count": count + 1}
 
 
 def scale_by_ademamix(

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
 __all__ = ["adopt", "quarter_power", "scale_by_adopt"]
@@ -31,9 +31,9 @@ class ScaleByAdopt(ElementwiseTransform):
     """ADOPT's normalise-then-average rescaling (see `scale_by_adopt`)."""
 
     name: ClassVar[str] = "scale_by_adopt"
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.9999)
-    eps: Any = hyperparam(1e-6)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.9999, check=decay_rate)
+    eps: Any = hyperparam(1e-6, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
     use_clipping: bool = static(True)
@@ -67,7 +67,7 @@ class ScaleByAdopt(ElementwiseTransform):
         nu = as_stored(b2 * old_nu + (1 - b2) * (grad * grad), slots["nu"])
         mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * step, slots["mu"])
         u = b1 * mu + (1 - b1) * step if self.nesterov else mu
-        return u.astype(g.dtype), {"mu": mu, "nu": nu, "count": slots["count"] + 1}
+        return u, {"mu": mu, "nu": nu, "count": slots["count"] + 1}
 
 
 def scale_by_adopt(

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
-from gradtx._core.module import hyperparam
+from gradtx._core.module import hyperparam, non_negative
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import copy_of
@@ -23,7 +23,7 @@ class ScaleByCocob(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_cocob"
     needs_params: ClassVar[bool] = True
     alpha: Any = hyperparam(100.0)
-    eps: Any = hyperparam(1e-8)
+    eps: Any = hyperparam(1e-8, check=non_negative)
 
     def state_keys(self) -> tuple[str, ...]:
         """The starting point, the gradient sums, the scale and the reward of each path."""
@@ -56,7 +56,7 @@ class ScaleByCocob(ElementwiseTransform):
         bet = cum / (scale * jnp.maximum(sub + scale, alpha * scale)) * (scale + reward)
         u = (p0 - p) + bet
         new = {"cumulative_gradients": cum, "scale": scale, "subgradients": sub, "reward": reward}
-        return u.astype(g.dtype), new
+        return u, new
 
 
 def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> ScaleByCocob:

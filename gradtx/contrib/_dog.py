@@ -9,8 +9,9 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, init_slots, map_updates
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.protocol import Transformation
+from gradtx._transforms.distance_over_gradients import dog_step_size, initial_distance
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._dadapt import needs_params_error
@@ -56,7 +57,7 @@ class ScaleByDog(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_dog"
     needs_params: ClassVar[bool] = True
     init_step_value: Any = hyperparam(1e-6)
-    eps: Any = hyperparam(1e-8)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     init_step_kind: str = static("heuristic", converter=_init_kind)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -86,10 +87,10 @@ class ScaleByDog(ElementwiseTransform):
         if self.init_step_kind == "heuristic":
             # r_eps = value * (1 + ||x_0||), from the params of the first update (= x_0).
             norm = jnp.sqrt(tree_sum(params, _square))
-            max_dist = jnp.where(first, self.init_step_value * (1 + norm), max_dist)
+            max_dist = jnp.where(first, initial_distance(self.init_step_value, norm), max_dist)
         max_dist = jnp.maximum(max_dist, jnp.sqrt(_sq_distance(params, state["init_params"])))
         total = state["sum_sq_norm_grads"] + tree_sum(updates, _square)
-        step = max_dist / jnp.sqrt(total + self.eps)
+        step = dog_step_size(max_dist, total, self.eps)
         if self.init_step_kind == "learning_rate":
             step = jnp.where(first, self.init_step_value, step)
         new_updates = map_updates(_scaled(step), updates, owner=self.name)
@@ -116,7 +117,8 @@ def scale_by_dog(
     value; `"heuristic"` gives $r_\epsilon$ = value $\cdot (1 + \lVert x_0\rVert)$ (computed
     from the params of the first update, which are $x_0$); `"learning_rate"` uses
     $r_\epsilon = 0$ and the step size value at the first step. The update keeps the
-    gradient's direction (`dog` negates it).
+    gradient's direction (`dog` negates it). `gradtx.scale_by_distance_over_gradients` is
+    the layer-wise version (L-DoG): a step size per path.
 
     Args:
         init_step: the pair `(kind, value)` described above; 1e-6 suits most models (1e-4
@@ -149,7 +151,7 @@ class ScaleByDowg(ElementwiseTransform):
     name: ClassVar[str] = "scale_by_dowg"
     needs_params: ClassVar[bool] = True
     init_estim_sq_dist: Any = hyperparam(None)
-    eps: Any = hyperparam(1e-4)
+    eps: Any = hyperparam(1e-4, check=non_negative)
 
     def state_keys(self) -> tuple[str, ...]:
         """The starting point per path; the global weighted gradient sum and distance."""

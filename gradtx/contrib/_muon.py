@@ -17,7 +17,15 @@ from gradtx._core.lift import (
     update_slots,
     zeros_for,
 )
-from gradtx._core.module import as_float, as_floats, field, hyperparam, static
+from gradtx._core.module import (
+    as_float,
+    as_floats,
+    decay_rate,
+    field,
+    hyperparam,
+    non_negative,
+    static,
+)
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -165,7 +173,7 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
     ns_coeffs: Any = field(default=DEFAULT_NS_COEFFS, converter=_coeff_leaves)
     ns_steps: int = static(5)
     beta: Any = hyperparam(0.95)
-    eps: Any = hyperparam(1e-8)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
@@ -193,7 +201,7 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """Momentum, bias correction, then Newton-Schulz orthogonalisation."""
         u, new = self.muon_direction(g, slots)
-        return u.astype(g.dtype), new
+        return u, new
 
 
 def scale_by_muon(
@@ -263,19 +271,19 @@ class Muon(_MuonMath, ElementwiseTransform):
     name: ClassVar[str] = "muon"
     needs_params: ClassVar[bool] = True
     per_leaf_structure: ClassVar[bool] = True
-    learning_rate: Any = hyperparam()
+    learning_rate: Any = hyperparam(required=True)
     ns_coeffs: Any = field(default=DEFAULT_NS_COEFFS, converter=_coeff_leaves)
     ns_steps: int = static(5)
     beta: Any = hyperparam(0.95)
-    eps: Any = hyperparam(1e-8)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     weight_decay: Any = hyperparam(0.0)
     weight_decay_mask: Any = static(None, converter=_optional_selector)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
-    adam_b1: Any = hyperparam(0.9)
-    adam_b2: Any = hyperparam(0.999)
-    adam_eps_root: Any = hyperparam(0.0)
+    adam_b1: Any = hyperparam(0.9, check=decay_rate)
+    adam_b2: Any = hyperparam(0.999, check=decay_rate)
+    adam_eps_root: Any = hyperparam(0.0, check=non_negative)
     adam_weight_decay: Any = hyperparam(0.0)
     adam_learning_rate: Any = hyperparam(None)
     muon_mask: Any = static(None, converter=_optional_selector)
@@ -345,7 +353,7 @@ class Muon(_MuonMath, ElementwiseTransform):
                 if decay:
                     u = u + self.weight_decay.astype(u.dtype) * param.astype(u.dtype)
                 lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
-                return (-lr * u).astype(g.dtype), new
+                return -lr * u, new
 
             return leaf
 
@@ -354,7 +362,7 @@ class Muon(_MuonMath, ElementwiseTransform):
             dtype = compute_dtype(g, param)
             u = u.astype(dtype) + self.adam_weight_decay.astype(dtype) * param.astype(dtype)
             lr = hyperparam_at(adam_lr, slots["count"]).astype(dtype)
-            return (-lr * u).astype(g.dtype), new
+            return -lr * u, new
 
         mu, count = state["mu"], state["count"]
         matrix_slots = {"mu": mu, "count": count}

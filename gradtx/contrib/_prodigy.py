@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
-from gradtx._core.module import hyperparam, static
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import (
@@ -36,10 +36,10 @@ class Prodigy(ElementwiseTransform):
     name: ClassVar[str] = "prodigy"
     needs_params: ClassVar[bool] = True
     learning_rate: Any = hyperparam(1.0)
-    b1: Any = hyperparam(0.9)
-    b2: Any = hyperparam(0.999)
-    beta3: Any = hyperparam(None)
-    eps: Any = hyperparam(1e-8)
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    beta3: Any = hyperparam(None, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
     estim_lr0: Any = hyperparam(1e-6)
     estim_lr_coef: Any = hyperparam(1.0)
     weight_decay: Any = hyperparam(0.0)
