@@ -62,3 +62,22 @@ def _release_compiled_programs():
     yield
     if _mapping_count() > _MAX_MAPS:
         jax.clear_caches()
+
+
+# --- the longest tests first ---------------------------------------------------------------------
+# Tests that run child processes (8 CPU devices, the demo, the benchmarks' smoke runs, two
+# processes of one job) take tens of seconds to minutes each. Started last, one of them keeps a
+# worker busy while the other idles; started first, the many short tests fill in around them.
+# The sort is stable and the same in every worker (xdist requires the same order everywhere).
+_LONG_FIRST = (
+    "test_sharding_state.py",
+    "test_sharded_training.py",
+    "test_sharded_layouts.py",
+    "test_sharding.py",
+    "test_benchmarks_smoke.py",
+    "test_demo.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in _LONG_FIRST)

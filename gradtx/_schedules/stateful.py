@@ -113,7 +113,7 @@ class WrappedSchedule(StatefulSchedule):
     advances by one per `update` (saturating at the int32 maximum) and the value is
     `schedule(count)`.
 
-    Args:
+    Attributes:
         schedule: a gradtx schedule, a function of the step, or a number (a constant).
 
     State:
