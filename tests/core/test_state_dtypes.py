@@ -99,10 +99,15 @@ def test_update_dtype_does_not_depend_on_the_learning_rate_type(name):
             "b": jnp.ones(3, dtype),
         }
         grads = jax.tree.map(lambda p: (p * 0.5 + 0.25).astype(p.dtype), params)
+
+        def loss(p):  # for the methods that read the loss (Polyak, L-BFGS's line search)
+            return sum(jnp.sum(x.astype(jnp.float32) ** 2) for x in jax.tree.leaves(p))
+
+        extra = {"value": loss(params), "grad": grads, "value_fn": loss}
         results = {}
         for kind, lr in LR_KINDS.items():
             tx = make(lr)
-            updates, _ = tx.update(grads, tx.init(params), params, value=jnp.float32(1.0))
+            updates, _ = tx.update(grads, tx.init(params), params, **extra)
             assert all(u.dtype == dtype for u in jax.tree.leaves(updates)), (kind, dtype)
             results[kind] = updates
         first = results["python float"]
