@@ -462,6 +462,18 @@ REGISTRY = REGISTRY + HELPERS
 BY_ID = {e.id: e for e in REGISTRY}
 
 
+def _first_of_each_name(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    seen: set[str] = set()
+    return tuple(e for e in entries if not (e.name in seen or seen.add(e.name)))
+
+
+# One entry per public name (the first registered), for the checks of the machinery every
+# transformation shares: jit, vmap, scan and donation, files, devices. Every entry, options
+# included, still runs the numeric checks (references, optax, bf16, `None` leaves, layouts),
+# which are where an option changes what a transformation computes or keeps.
+PER_NAME = _first_of_each_name(REGISTRY)
+
+
 def covered_names() -> set[str]:
     """The public names that have at least one registry entry (`contrib.muon` counts for the
     subpackage `contrib`; tests/test_contrib.py checks its own names)."""

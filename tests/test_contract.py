@@ -1,4 +1,6 @@
-"""The contract every public transformation and optimizer keeps, run over `registry.REGISTRY`."""
+"""The contract every public transformation and optimizer keeps, run over `registry.REGISTRY`:
+the numeric checks on every entry, the checks of the shared machinery (jit, vmap, scan,
+donation) on one entry per public name (`registry.PER_NAME`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from registry import NON_TRANSFORMATIONS, REGISTRY, covered_names
+from registry import NON_TRANSFORMATIONS, PER_NAME, REGISTRY, covered_names
 
 import gradtx
 
@@ -60,6 +62,7 @@ GRADS = _make_grads()
 GRAD_STACK = jax.tree.map(lambda *xs: jnp.stack(xs), *GRADS)
 
 ENTRIES = [pytest.param(e, id=e.id) for e in REGISTRY]
+NAMES = [pytest.param(e, id=e.id) for e in PER_NAME]
 DESCENT = [pytest.param(e, id=e.id) for e in REGISTRY if e.converges]
 ORACLES = [pytest.param(e, id=e.id) for e in REGISTRY if e.oracle is not None]
 STATE_DTYPE = [pytest.param(e, id=e.id) for e in REGISTRY if e.with_state_dtype is not None]
@@ -268,7 +271,7 @@ def test_state_structure_is_stable(entry):
             assert x.dtype == jnp.float32, key
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_init_accepts_shape_dtype_structs(entry):
     tx = entry.make(entry.scalar)
     expected = signature(tx.init(PARAMS))
@@ -356,7 +359,7 @@ def test_bf16_params_float32_state(entry):
 # --- compilation --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_no_recompilation_on_second_step(entry):
     """Later steps, each with an equal but freshly built transformation, reuse the first
     compilation."""
@@ -369,7 +372,7 @@ def test_no_recompilation_on_second_step(entry):
     assert step._cache_size() == 1
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_new_scalar_does_not_recompile(entry):
     """A new scalar passed to a jitted step, or a new transformation passed as an argument,
     reuses the compiled step."""
@@ -404,15 +407,17 @@ def test_new_scalar_does_not_recompile(entry):
         )
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_vmap_over_stacked_scalar(entry):
-    """Three values of the scalar run as one program; each slice is the separate run."""
+    """Three values of the scalar run as one program, from three states (each after a step
+    with its own scalar, so the state is batched too); each slice is the separate run."""
     scalars = jnp.asarray(entry.sweep, jnp.float32)
-    # The state comes in as an argument, as in training: the first step is not constant-folded.
-    state = entry.make(entry.scalar).init(PARAMS)
+    states = [run_eager(entry.make(s), PARAMS, GRADS[:1])[1] for s in entry.sweep]
+    stacked_states = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
     def run(tx, state):
-        params, state, history = run_eager(tx, PARAMS, GRADS[:2], state)
+        # The state comes in as an argument, as in training: nothing is constant-folded.
+        params, state, history = run_eager(tx, PARAMS, GRADS[1:2], state)
         return params, state, history[-1]
 
     if entry.uses_scalar:
@@ -420,13 +425,13 @@ def test_vmap_over_stacked_scalar(entry):
         stacked = jax.vmap(entry.make)(scalars)
         assert jax.tree.structure(stacked) == jax.tree.structure(entry.make(entry.scalar))
         assert all(x.shape[0] == 3 for x in jax.tree.leaves(stacked))
-        swept = jax.jit(jax.vmap(run, (0, None)))(stacked, state)
+        swept = jax.jit(jax.vmap(run))(stacked, stacked_states)
     else:
-        swept = jax.jit(jax.vmap(lambda s, state: run(entry.make(s), state), (0, None)))(
-            scalars, state
+        swept = jax.jit(jax.vmap(lambda s, state: run(entry.make(s), state)))(
+            scalars, stacked_states
         )
     for i in range(3):
-        single = run(entry.make(entry.sweep[i]), state)
+        single = run(entry.make(entry.sweep[i]), states[i])
         assert_trees_close(jax.tree.map(lambda x, i=i: x[i], swept), single, rtol=1e-6)
 
 
@@ -439,7 +444,7 @@ def _copy(tree: Any) -> Any:
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_update_leaves_its_inputs_unchanged(entry, jit):
     """Gradients, state and params are the same after `update`, so a norm taken afterwards is
     the gradient's real norm (an optimizer that overwrote its gradients in place broke that)."""
@@ -454,7 +459,7 @@ def test_update_leaves_its_inputs_unchanged(entry, jit):
     np.testing.assert_array_equal(gradtx.global_norm(grads), norm_before)
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_unknown_extra_arguments_are_ignored(entry):
     tx = entry.make(entry.scalar)
     state = tx.init(PARAMS)
@@ -492,7 +497,7 @@ def test_state_dict_save_load_continue(entry):
         assert_trees_equal(history, full_history[4:])
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_donated_step_matches_undonated(entry):
     """The same step with params and state donated gives bit-for-bit the same results."""
     tx = entry.make(entry.scalar)
@@ -514,7 +519,7 @@ def test_donated_step_matches_undonated(entry):
     assert_trees_equal(s1, s2)
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", NAMES)
 def test_inside_lax_scan(entry):
     tx = entry.make(entry.scalar)
 

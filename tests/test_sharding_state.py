@@ -27,7 +27,7 @@ def assert_promised(state, promised, where):
 """
 )
 
-# Every entry of the contract registry, under automatic axes of a 2 x 4 mesh: the state is
+# One contract-registry entry per public name, under automatic axes of a 2 x 4 mesh: the state is
 # created where `state_shardings` says (with and without ZeRO-1), and a jitted step with those
 # shardings gives the params of the unsharded step.
 REGISTRY = r"""
@@ -55,7 +55,7 @@ specs = {
 params = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), plain, specs)
 param_shardings = shardings_of(params)
 checked = 0
-entries = registry.REGISTRY[PART::PARTS]  # this child's share of the registry
+entries = registry.PER_NAME[PART::PARTS]  # this child's share: one entry per public name
 for entry in entries:
     tx = entry.make(entry.scalar)
 

@@ -139,7 +139,10 @@ def restore(
         tx: the transformation the state is for.
         params_like: the params' structure: arrays (a freshly initialised model, whose values
             fill paths the file lacks) or `jax.ShapeDtypeStruct` leaves; packed or not.
-            Arrays come back with the sharding of `params_like`'s leaves, where they have one.
+            Arrays come back with the sharding of `params_like`'s leaves where the caller
+            chose one (an abstract leaf's sharding, or a committed array's); from uncommitted
+            arrays, as from plain `jnp` ones, they come back uncommitted, so a step compiled
+            before the restore runs on them without compiling again.
         strict: raise `StateMismatchError` unless every params path and state key matches
             and the transformation's fingerprint is unchanged. With `strict=False`, new and
             changed params keep `params_like`'s values, new and changed state keys are
@@ -181,7 +184,8 @@ def restore(
 
     params, found = _rebuild(params_like, saved_params)
     state, loaded = load_state_dict(tx, params, saved_state, strict=False)
-    state = place_state(state, tx, params, shard_over=shard_over)
+    if shard_over is not None or any(_placed(x) for x in jax.tree.leaves(params_like)):
+        state = place_state(state, tx, params, shard_over=shard_over)
     skipped = set(loaded.unexpected) | set(loaded.mismatched)
     report = RestoreReport(
         params_matched=tuple(found.matched),
@@ -308,6 +312,18 @@ def _rebuild_packed(prefix: str, like: Packed, saved: dict, found: _Found) -> Pa
     return like.replace(tuple(buffers))
 
 
+def _placed(like: Any) -> bool:
+    """Whether the caller chose where `like` lives.
+
+    That is an abstract leaf with a sharding, or an array committed to its devices. An
+    uncommitted array (what `jnp` functions return) was not placed, and neither is its
+    restored value: a committed one would not match the cache key of a step compiled for
+    uncommitted arguments, which would then compile again.
+    """
+    if isinstance(like, jax.Array):
+        return like.committed
+    return getattr(like, "sharding", None) is not None
+
+
 def _place(value: np.ndarray, like: Any) -> jax.Array:
-    sharding = getattr(like, "sharding", None)
-    return jnp.asarray(value) if sharding is None else jax.device_put(value, sharding)
+    return jax.device_put(value, like.sharding) if _placed(like) else jnp.asarray(value)

@@ -149,6 +149,35 @@ def test_restore_into_arrays_returns_the_saved_values(tmp_path, trained):
         assert leaf.sharding == _leaves(fresh)[path].sharding
 
 
+def test_a_step_compiled_before_the_restore_runs_without_compiling_again(tmp_path):
+    """Restored into plain (uncommitted) arrays, params and state come back uncommitted, as
+    `init` made them: the jitted step's cache key is unchanged. Into committed arrays, they
+    come back committed to the same device."""
+    tx = gradtx.adam(1e-2)
+    params = {"enc": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}}
+    traces = []
+
+    @jax.jit
+    def step(params, state):
+        traces.append(1)
+        updates, state = tx.update(jax.tree.map(jnp.cos, params), state, params)
+        return gradtx.apply_updates(params, updates), state
+
+    trained = step(params, tx.init(params))
+    file = str(tmp_path / "ckpt.safetensors")
+    gradtx.save(file, *trained, tx=tx)
+    fresh = {"enc": {"w": jnp.zeros((3, 2)), "b": jnp.zeros(2)}}
+    restored = gradtx.restore(file, tx, fresh)[:2]
+    assert not any(x.committed for x in jax.tree.leaves(restored))
+    step(*restored)
+    assert len(traces) == 1
+
+    device = jax.devices()[0]
+    committed = jax.device_put(fresh, device)
+    for leaf in jax.tree.leaves(gradtx.restore(file, tx, committed)[:2]):
+        assert leaf.committed and leaf.devices() == {device}
+
+
 def test_file_is_standard_safetensors(tmp_path, trained):
     safetensors = pytest.importorskip("safetensors")
     from safetensors.numpy import load_file
