@@ -113,6 +113,16 @@ def test_partition_config_injects_the_same_hyperparameters_in_both_libraries(mon
         assert names == set(theirs[group].inner_state.hyperparams) == injected
 
 
+def test_spread_times_one_library_against_itself(monkeypatch):
+    """The harness's spread: two copies of one step, timed as the suite times two libraries."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import spread, workloads
+
+    got = spread.measure(workloads.many_leaves_packed(8), "sgd momentum", "gradtx", 1, 2)
+    assert got["first_ms"] > 0 and got["second_ms"] > 0
+    assert got["ratio"] == got["second_ms"] / got["first_ms"]
+
+
 def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
     """The clipped chain's bound is its own: Adam's bytes plus one more read of the gradient
     (the global norm needs every gradient before any update is written), in float32 and with

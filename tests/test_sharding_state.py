@@ -219,6 +219,25 @@ def test_an_unknown_mesh_axis_is_named_with_the_mesh_axes():
         gradtx.state_shardings(gradtx.adam(1e-3), params, shard_over="batch")
 
 
+def test_a_stack_of_slots_keeps_its_parameter_sharding_behind_the_stack_dim():
+    """L-BFGS's memories, `[memory_size, *shape]`: the parameter's split on the last dims;
+    ZeRO-1 splits a parameter dim, not the stack of past steps."""
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    split = NamedSharding(mesh, PartitionSpec("model", None))
+    params = {"w": jax.ShapeDtypeStruct((6, 4), jnp.float32, sharding=split)}
+    tx = gradtx.lbfgs(memory_size=4)
+    memories = ("diff_params_memory/w", "diff_updates_memory/w")
+    slots = {s.key: s for s in gradtx.slot_layouts(tx, params)}
+    for key in memories:
+        assert slots[key].sharding.spec == PartitionSpec(None, "model"), slots[key]
+        assert slots[key].note == "its parameter's, stacked on dim 0"
+    zero1 = {s.key: s for s in gradtx.slot_layouts(tx, params, shard_over="data")}
+    for key in memories:
+        assert zero1[key].sharding.spec == PartitionSpec(None, "model", "data"), zero1[key]
+        assert zero1[key].note == "over 'data' on dim 2"
+    assert zero1["weights_memory"].note == "replicated"
+
+
 def test_a_factored_slot_keeps_the_dims_of_its_parameter():
     mesh = jax.make_mesh((1, 1), ("data", "model"))
     split = NamedSharding(mesh, PartitionSpec("model", None))

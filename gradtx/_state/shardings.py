@@ -24,7 +24,8 @@ class SlotLayout:
         key: the leaf's path in the state (`adam/mu/enc/w`; a packed buffer's ends in its index).
         param: the parameter path it belongs to, or `None` (counts, statistics, scalars).
         sharding: the sharding it gets.
-        note: `"as its parameter"`, `"replicated"`, or under `shard_over`:
+        note: `"as its parameter"`, `"its parameter's, stacked on dim 0"`,
+            `"its parameter's, on the dims it keeps"`, `"replicated"`, or under `shard_over`:
             `"over 'data' on dim 0"`, `"over 'data' on dim 0, with 'model'"`,
             `"as its parameter: no dimension divisible by 8"`,
             `"as its parameter: already over 'data'"`.
@@ -109,18 +110,21 @@ def _uses(entry: Any, axis: str) -> bool:
     return entry == axis or (isinstance(entry, tuple) and axis in entry)
 
 
-def _zero1(sharding: NamedSharding, shape: tuple[int, ...], axis: str) -> tuple[NamedSharding, str]:
+def _zero1(
+    sharding: NamedSharding, shape: tuple[int, ...], axis: str, first: int = 0
+) -> tuple[NamedSharding, str]:
     """`sharding` also split over `axis`, and a note saying where.
 
-    On the first free dim that the axis size divides, else on a split dim that the product
-    of its axes and this one divides.
+    On the first free dim from `first` on that the axis size divides, else on a split dim
+    that the product of its axes and this one divides. A stack of slots (`first=1`) is split
+    along its parameter's dims, so that each device keeps the slices of the same elements.
     """
     spec = _padded(sharding.spec, len(shape))
     if any(_uses(entry, axis) for entry in spec):
         return sharding, f"as its parameter: already over {axis!r}"
     size = sharding.mesh.shape[axis]
     for dim, (entry, n) in enumerate(zip(spec, shape)):
-        if entry is None and n % size == 0 and n >= size:
+        if dim >= first and entry is None and n % size == 0 and n >= size:
             spec[dim] = axis
             return NamedSharding(sharding.mesh, _spec(spec)), f"over {axis!r} on dim {dim}"
     # No free dimension: one already split (over "model", say) may take the axis as well.
@@ -199,7 +203,8 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
             param = by_path[owner]
             sharding, note = _slot_sharding(shardings[owner], shape, tuple(param.shape), replicated)
             if shard_over is not None and isinstance(sharding, NamedSharding):
-                sharding, note = _zero1(sharding, shape, shard_over)
+                stacked = shape[1:] == tuple(param.shape)
+                sharding, note = _zero1(sharding, shape, shard_over, first=int(stacked))
         out.append(SlotLayout(key, owner if shape else None, sharding, note))
     return treedef, out
 
@@ -239,11 +244,19 @@ def _single_leaf_buffers(unit: Any) -> dict[int, str]:
 def _slot_sharding(
     param_sharding: Any, shape: tuple[int, ...], param_shape: tuple[int, ...], replicated: Any
 ) -> tuple[Any, str]:
-    """A slot shaped like its parameter takes its sharding; a factored one, the dims it keeps."""
+    """The sharding of a slot of `shape` that belongs to a parameter, and why.
+
+    A slot shaped like its parameter takes its sharding; a stack of such slots (L-BFGS's
+    memory, `[memory_size, *shape]`), the same behind its stack dim; a factored one, the
+    dims it keeps.
+    """
     if shape == param_shape:
         return param_sharding, "as its parameter"
     if not isinstance(param_sharding, NamedSharding):
         return replicated, "replicated"
+    if shape[1:] == param_shape:
+        spec = [None, *_padded(param_sharding.spec, len(param_shape))]
+        return NamedSharding(param_sharding.mesh, _spec(spec)), "its parameter's, stacked on dim 0"
     kept = _kept_dims(shape, param_shape)
     if kept is None:
         return replicated, "replicated: not shaped like its parameter"
@@ -264,7 +277,9 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
     Rules, per leaf of the state:
 
     - a per-path slot shaped like its parameter (Adam's `mu` and `nu`, a momentum trace)
-      takes the parameter's sharding; a slot with fewer dimensions (a factored second moment)
+      takes the parameter's sharding; a stack of them (L-BFGS's memory of `memory_size`
+      past differences, shaped `[memory_size, *shape]`) takes it on its last dimensions,
+      the stack dimension whole; a slot with fewer dimensions (a factored second moment)
       takes the parameter's sharding on the dimensions it keeps;
     - everything else (step counts, injected hyperparameters, statistics) is replicated on
       the params' mesh.
