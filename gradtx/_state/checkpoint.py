@@ -23,7 +23,7 @@ from gradtx._state import safetensors_format
 from gradtx._state.fingerprint import fingerprint
 from gradtx._state.renaming import apply_rename, check_rename
 from gradtx._state.restore_report import RestoreReport
-from gradtx._state.shardings import place_state
+from gradtx._state.shardings import is_placed, place_state
 from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict
 
 __all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
@@ -184,8 +184,7 @@ def restore(
 
     params, found = _rebuild(params_like, saved_params)
     state, loaded = load_state_dict(tx, params, saved_state, strict=False)
-    if shard_over is not None or any(_placed(x) for x in jax.tree.leaves(params_like)):
-        state = place_state(state, tx, params, shard_over=shard_over)
+    state = place_state(state, tx, params, shard_over=shard_over)
     skipped = set(loaded.unexpected) | set(loaded.mismatched)
     report = RestoreReport(
         params_matched=tuple(found.matched),
@@ -312,18 +311,5 @@ def _rebuild_packed(prefix: str, like: Packed, saved: dict, found: _Found) -> Pa
     return like.replace(tuple(buffers))
 
 
-def _placed(like: Any) -> bool:
-    """Whether the caller chose where `like` lives.
-
-    That is an abstract leaf with a sharding, or an array committed to its devices. An
-    uncommitted array (what `jnp` functions return) was not placed, and neither is its
-    restored value: a committed one would not match the cache key of a step compiled for
-    uncommitted arguments, which would then compile again.
-    """
-    if isinstance(like, jax.Array):
-        return like.committed
-    return getattr(like, "sharding", None) is not None
-
-
 def _place(value: np.ndarray, like: Any) -> jax.Array:
-    return jax.device_put(value, like.sharding) if _placed(like) else jnp.asarray(value)
+    return jax.device_put(value, like.sharding) if is_placed(like) else jnp.asarray(value)

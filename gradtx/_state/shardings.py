@@ -13,7 +13,7 @@ from gradtx._core.protocol import as_transformation
 from gradtx._layouts.packed import known_shardings
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
 
-__all__ = ["SlotLayout", "place_state", "slot_layouts", "state_shardings"]
+__all__ = ["SlotLayout", "is_placed", "place_state", "slot_layouts", "state_shardings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,13 +328,29 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
     return jax.tree.unflatten(treedef, [slot.sharding for slot in layouts])
 
 
+def is_placed(leaf: Any) -> bool:
+    """Whether the caller chose where `leaf` lives.
+
+    That is an abstract leaf with a sharding, or an array committed to its devices. An
+    uncommitted array (what `jnp` functions return) was not placed, and neither is what is
+    restored into it: a committed value would not match the cache key of a step compiled
+    for uncommitted arguments, which would then compile again.
+    """
+    if isinstance(leaf, jax.Array):
+        return leaf.committed
+    return getattr(leaf, "sharding", None) is not None
+
+
 def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = None) -> Any:
     """`state` with each leaf put where `state_shardings(tx, params, shard_over)` says.
 
     Leaves are matched by their key in the state, so a state whose step counts were regrouped
     (loaded from a checkpoint) is placed too: a leaf the promise does not list is replicated.
-    Params without shardings (abstract leaves without one) leave the state as it is.
+    Params that nobody placed (uncommitted arrays, abstract leaves without a sharding) leave
+    the state as it is.
     """
+    if not any(is_placed(x) for x in jax.tree.leaves(params)):
+        return state
     try:
         _, layouts = _layouts(tx, params, shard_over)
     except ValueError:
