@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -21,6 +22,7 @@ from gradtx._paths.subset import present_paths
 __all__ = [
     "ForeignTransform",
     "Transformation",
+    "add_init_finisher",
     "as_transformation",
     "check_state_keys",
     "merge_descriptions",
@@ -32,13 +34,38 @@ Updates = Any
 Params = Any
 
 
+# What runs on the state of the outermost `init` call (the user's own, not a combinator's
+# call of its children's). The state tools register here, a layer below this one: placing
+# the state where the params' Flax metadata says (`optimizer_sharding`) needs their layouts.
+_init_finishers: list[Callable[[Any, Any, Any], Any]] = []
+_init_depth = threading.local()
+
+
+def add_init_finisher(finish: Callable[[Any, Any, Any], Any]) -> None:
+    """Run `finish(tx, state, params) -> state` after each outermost `init` call."""
+    _init_finishers.append(finish)
+
+
 def _checking_schedules(init: Any) -> Any:
-    """`init` that first checks what each schedule hyperparameter returns."""
+    """`init` that first checks what each schedule hyperparameter returns.
+
+    The outermost call also hands its state to the registered finishers.
+    """
 
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         check_schedules(self)
-        return init(self, *args, **kwargs)
+        depth = getattr(_init_depth, "value", 0)
+        _init_depth.value = depth + 1
+        try:
+            state = init(self, *args, **kwargs)
+        finally:
+            _init_depth.value = depth
+        params = args[0] if args else kwargs.get("params")
+        if depth == 0 and params is not None:
+            for finish in _init_finishers:
+                state = finish(self, state, params)
+        return state
 
     wrapper.__checks_schedules__ = True  # type: ignore[attr-defined]
     return wrapper

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 from typing import Any
@@ -9,11 +10,15 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from gradtx._core.protocol import as_transformation
+from gradtx._core.protocol import add_init_finisher, as_transformation
 from gradtx._layouts.packed import known_shardings
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
+from gradtx._state.declared import DECLARED, declared_shardings, declared_specs
 
 __all__ = ["SlotLayout", "is_placed", "place_state", "slot_layouts", "state_shardings"]
+
+# Set while the state's layout is read from an abstract `init`, which must not place it.
+_PLACING: contextvars.ContextVar[bool] = contextvars.ContextVar("placing", default=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +187,14 @@ def slot_layouts(tx: Any, params: Any, *, shard_over: str | None = None) -> list
     return _layouts(tx, params, shard_over)[1]
 
 
+# A slot's note when its parameter declares where its state lives (`optimizer_sharding`).
+_DECLARED_NOTES = {
+    "as its parameter": f"as its parameter's {DECLARED}",
+    "its parameter's, stacked on dim 0": f"its parameter's {DECLARED}, stacked on dim 0",
+    "its parameter's, on the dims it keeps": f"its parameter's {DECLARED}, on the dims it keeps",
+}
+
+
 def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[SlotLayout]]:
     """The state's tree structure and the layout of each of its leaves."""
     tx = as_transformation(tx, "state_shardings(tx)")
@@ -192,8 +205,14 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
     replicated = _replicated(list(shardings.values()))
     if shard_over is not None:
         _check_axis(list(shardings.values()), shard_over)
-    with known_shardings(shardings):  # `bucketed` lays sharded leaves out apart
-        state = jax.eval_shape(tx.init, params)
+    declared = declared_shardings(declared_specs(params), shardings)
+    # `bucketed` lays sharded leaves out apart; `init`'s own placement has nothing to place.
+    token = _PLACING.set(True)
+    try:
+        with known_shardings(shardings):
+            state = jax.eval_shape(tx.init, params)
+    finally:
+        _PLACING.reset(token)
     out = []
     treedef = jax.tree.structure(state)
     for key, leaf, owner in _state_leaves(state, by_path):
@@ -201,7 +220,10 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
         sharding, note = replicated, "replicated"
         if owner is not None and shape:
             param = by_path[owner]
-            sharding, note = _slot_sharding(shardings[owner], shape, tuple(param.shape), replicated)
+            base = declared.get(owner, shardings[owner])
+            sharding, note = _slot_sharding(base, shape, tuple(param.shape), replicated)
+            if owner in declared:
+                note = _DECLARED_NOTES.get(note, note)
             if shard_over is not None and isinstance(sharding, NamedSharding):
                 stacked = shape[1:] == tuple(param.shape)
                 sharding, note = _zero1(sharding, shape, shard_over, first=int(stacked))
@@ -364,3 +386,55 @@ def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = No
         jax.device_put(leaf, by_key.get(path_of(key_path), replicated)) for key_path, leaf in found
     ]
     return jax.tree.unflatten(treedef, placed)
+
+
+def _abstract(leaf: Any, fallback: Any) -> Any:
+    """`leaf` as a `ShapeDtypeStruct` with its sharding where it has one, else `fallback`."""
+    concrete = isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
+    sharding = leaf.sharding if concrete else getattr(leaf, "sharding", None)
+    if isinstance(leaf, jax.core.Tracer) or sharding is None:
+        sharding = fallback
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+
+def _put(leaf: Any, sharding: NamedSharding) -> Any:
+    if not isinstance(leaf, jax.core.Tracer):
+        return jax.device_put(leaf, sharding)
+    explicit = getattr(jax.sharding.AxisType, "Explicit", None)
+    if explicit is not None and explicit in getattr(sharding.mesh, "axis_types", ()):
+        return jax.sharding.reshard(leaf, sharding)  # explicit axes: the type changes too
+    return jax.lax.with_sharding_constraint(leaf, sharding)
+
+
+def place_declared(tx: Any, state: Any, params: Any) -> Any:
+    """The state with the slots of each parameter that declares `optimizer_sharding` there.
+
+    Runs on the outermost `init`'s state, so that `nnx.Optimizer(model, tx)` lays the state
+    out as the model says, as it does for optax's. Eagerly the slots are put in place; while
+    tracing (`init` under `jit`), they are constrained to it. Other slots stay as `init` made
+    them (they follow their parameter).
+    """
+    if _PLACING.get():
+        return state
+    declared = declared_specs(params)
+    if not declared:
+        return state
+    own = {
+        path: leaf.sharding
+        for path, leaf in _param_leaves(params).items()
+        if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
+    }
+    mesh = next(iter(declared_shardings(declared, own).values())).mesh
+    fallback = NamedSharding(mesh, PartitionSpec())  # for leaves traced under `jit`
+    abstract = jax.tree.map(lambda x: _abstract(x, fallback), params)
+    _, layouts = _layouts(tx, abstract, None)
+    targets = {slot.key: slot.sharding for slot in layouts if slot.param in declared}
+    found, treedef = jax.tree_util.tree_flatten_with_path(state)
+    placed = []
+    for key_path, leaf in found:
+        target = targets.get(path_of(key_path))
+        placed.append(leaf if target is None else _put(leaf, target))
+    return jax.tree.unflatten(treedef, placed)
+
+
+add_init_finisher(place_declared)

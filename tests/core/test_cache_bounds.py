@@ -27,6 +27,8 @@ NOT_CACHES = {
     ("gradtx._core.widening", "_SOURCES"),
     # the state dtypes read by each running chain, removed when its update ends
     ("gradtx._core.widening", "_READS"),
+    # what runs after the outermost `init`, registered once when the state tools are imported
+    ("gradtx._core.protocol", "_init_finishers"),
 }
 
 
