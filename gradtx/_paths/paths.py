@@ -5,11 +5,11 @@
 leaf, so Equinox-style trees with `None` gradients keep their structure.
 
 A *path-transparent* node, a box around a single value such as a Flax NNX `Variable`
-(`nnx.Param`, `nnx.BatchStat`, ...: an `nnx.State` holds one per parameter), gives its value
-its own path: the kernel of `nnx.state(model)` is `l1/kernel`, not `l1/kernel/value`, just as
-in the model. Flax is never imported here: a node is recognised by its type's module and name
-(or by a `__gradtx_path_transparent__ = True` class attribute), and then only when it
-flattens to the single child `value`.
+(`nnx.Param`, `nnx.BatchStat`, ...: an `nnx.State` holds one per parameter) or a Flax Linen
+`nn.Partitioned`, gives its value its own path: the kernel of `nnx.state(model)` is
+`l1/kernel`, not `l1/kernel/value`, just as in the model. Flax is never imported here: a
+node is recognised by its type's module and name (or by a `__gradtx_path_transparent__ =
+True` class attribute), and then only when it flattens to the single child `value`.
 """
 
 from __future__ import annotations
@@ -95,17 +95,27 @@ def owning_path(key: str, paths: Collection[str]) -> str | None:
 # like `_UNIT_TYPES`: `_compute_paths` asks it of every node of a new structure.
 _TRANSPARENT_TYPES: BoundedCache = BoundedCache(4096)
 
-# The Flax NNX boxes around one value: `Variable` (and so `Param`, `BatchStat`, user
-# subclasses), and the `VariableState` that an `nnx.State` holds in earlier Flax versions.
-_NNX_BOXES = frozenset({"Variable", "VariableState"})
+# The Flax boxes around one value, by (class name, module prefix): NNX's `Variable` (and so
+# `Param`, `BatchStat`, user subclasses) and the `VariableState` that an `nnx.State` holds in
+# earlier Flax versions; Linen's `AxisMetadata` (`nn.Partitioned`, `nn.LogicallyPartitioned`:
+# the sharding annotations `nn.with_partitioning` leaves in the params).
+_FLAX_BOXES = frozenset(
+    {
+        ("Variable", "flax.nnx"),
+        ("VariableState", "flax.nnx"),
+        ("AxisMetadata", "flax.core.meta"),
+    }
+)
 
 
 def _transparent_type(cls: type) -> bool:
     if getattr(cls, "__gradtx_path_transparent__", False):
         return True
     return any(
-        base.__name__ in _NNX_BOXES and getattr(base, "__module__", "").startswith("flax.nnx")
+        getattr(base, "__module__", "").startswith(prefix)
         for base in cls.__mro__
+        for name, prefix in _FLAX_BOXES
+        if base.__name__ == name
     )
 
 
