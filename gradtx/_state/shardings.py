@@ -30,7 +30,9 @@ class SlotLayout:
         param: the parameter path it belongs to, or `None` (counts, statistics, scalars).
         sharding: the sharding it gets.
         note: `"as its parameter"`, `"its parameter's, stacked on dim 0"`,
-            `"its parameter's, on the dims it keeps"`, `"replicated"`, or under `shard_over`:
+            `"its parameter's, on the dims it keeps"`, `"replicated"`, with
+            `"its parameter's optimizer_sharding"` in place of "its parameter" where the
+            parameter declares one (Flax NNX metadata), or under `shard_over`:
             `"over 'data' on dim 0"`, `"over 'data' on dim 0, with 'model'"`,
             `"as its parameter: no dimension divisible by 8"`,
             `"as its parameter: already over 'data'"`.
@@ -303,6 +305,10 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
       past differences, shaped `[memory_size, *shape]`) takes it on its last dimensions,
       the stack dimension whole; a slot with fewer dimensions (a factored second moment)
       takes the parameter's sharding on the dimensions it keeps;
+    - a parameter that declares where its optimizer state lives (a Flax NNX `Variable` with
+      `optimizer_sharding` metadata) has its slots laid out by that spec, by the same
+      rules, on its mesh or else the one set with `jax.set_mesh`; `init` puts them there
+      too, so `nnx.Optimizer` does;
     - everything else (step counts, injected hyperparameters, statistics) is replicated on
       the params' mesh.
 
@@ -330,8 +336,8 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
         A pytree shaped like `tx.init(params)` whose leaves are `jax.sharding.Sharding`s.
 
     Raises:
-        ValueError: a parameter without a sharding (named by path), or a `shard_over` that is
-            not an axis of the params' mesh.
+        ValueError: a parameter without a sharding (named by path), a `shard_over` that is
+            not an axis of the params' mesh, or an `optimizer_sharding` with no mesh to be on.
 
     Examples:
         >>> mesh = jax.make_mesh((1,), ("data",))
@@ -428,12 +434,22 @@ def place_declared(tx: Any, state: Any, params: Any) -> Any:
     fallback = NamedSharding(mesh, PartitionSpec())  # for leaves traced under `jit`
     abstract = jax.tree.map(lambda x: _abstract(x, fallback), params)
     _, layouts = _layouts(tx, abstract, None)
-    targets = {slot.key: slot.sharding for slot in layouts if slot.param in declared}
+    targets = {slot.key: slot for slot in layouts if slot.param in declared}
     found, treedef = jax.tree_util.tree_flatten_with_path(state)
     placed = []
     for key_path, leaf in found:
-        target = targets.get(path_of(key_path))
-        placed.append(leaf if target is None else _put(leaf, target))
+        slot = targets.get(path_of(key_path))
+        if slot is None:
+            placed.append(leaf)
+            continue
+        try:
+            placed.append(_put(leaf, slot.sharding))
+        except ValueError as e:  # a spec the slot's shape does not divide
+            raise ValueError(
+                f"the parameter at path {slot.param!r} declares {DECLARED}="
+                f"{declared[slot.param]}, which does not fit its state {slot.key!r} of shape "
+                f"{tuple(leaf.shape)}: {e}"
+            ) from e
     return jax.tree.unflatten(treedef, placed)
 
 

@@ -131,6 +131,23 @@ with jax.set_mesh(mesh):
     assert specs["mu/l1/kernel"] == ("x", "y"), specs
     assert specs["mu/l1/bias"] == ("x",), specs
 
+# A declared spec that the state's shape does not divide: the error names the parameter.
+class Odd(nnx.Module):
+    def __init__(self, rngs):
+        kernel = nnx.with_metadata(nnx.initializers.lecun_normal(), optimizer_sharding=SPLIT)
+        self.l = nnx.Linear(3, 5, kernel_init=kernel, rngs=rngs)
+
+
+with jax.set_mesh(mesh):
+    try:
+        nnx.Optimizer(Odd(nnx.Rngs(0)), gradtx.adam(1e-2), wrt=nnx.Param)
+    except ValueError as error:
+        assert "'l/kernel' declares optimizer_sharding" in str(error), error
+        assert "'mu/l/kernel' of shape (3, 5)" in str(error), error
+    else:
+        raise AssertionError("a (3, 5) kernel split 2 x 4 was accepted")
+
+
 # ZeRO-1 from gradtx's side, for a model that declares nothing: the optimizer's state is
 # moved to the promise of `shard_over="data"` and stays there while it trains.
 class Plain(nnx.Module):
