@@ -182,7 +182,7 @@ def _run_child(body: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("part", range(REGISTRY_PARTS))
-def test_every_registry_entry_gets_the_promised_shardings_on_8_devices(part):
+def test_each_public_name_gets_the_promised_shardings_on_8_devices(part):
     out = _run_child(f"PART, PARTS = {part}, {REGISTRY_PARTS}\n" + REGISTRY)
     assert "entries" in out
 
@@ -246,3 +246,30 @@ def test_a_factored_slot_keeps_the_dims_of_its_parameter():
     factored = [s for s in slots.values() if s.param == "w" and s.sharding.spec != split.spec]
     for slot in factored:
         assert slot.note == "its parameter's, on the dims it keeps", slot
+
+
+def test_every_registry_entry_gets_a_promise_shaped_like_its_state():
+    """All entries, every option (the 8-device check above runs one per public name): the
+    promise has the state's structure, and each sharding fits its leaf's rank, with ZeRO-1
+    over a mesh axis and a parameter dim split over another."""
+    import registry
+
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+
+    def on(spec, *shape):
+        sharding = NamedSharding(mesh, PartitionSpec(*spec))
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)
+
+    params = {
+        "enc": {"w": on(("model",), 8, 4), "b": on((), 4)},
+        "layers": [{"w": on((None, "model"), 4, 8)}, {"w": on((), 2), "s": on(())}],
+        "frozen": None,
+    }
+    for entry in registry.REGISTRY:
+        tx = entry.make(entry.scalar)
+        state = jax.eval_shape(tx.init, params)
+        promised = gradtx.state_shardings(tx, params, shard_over="data")
+        assert jax.tree.structure(promised) == jax.tree.structure(state), entry.id
+        for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(promised)):
+            assert sharding.mesh == mesh, entry.id
+            assert sharding.shard_shape(leaf.shape) == leaf.shape, (entry.id, sharding)
