@@ -143,6 +143,23 @@ assert table["odd"].state_layout == "as its parameter: no dimension divisible by
 assert table["w2"].state_layout == "over 'data' on dim 0"
 assert "state layout" in str(table)
 
+# Under explicit axes the same ZeRO-1 step needs no shardings given to `jit`: arrays carry
+# them in their types, and each update comes out with its parameter's (the all-gather), so
+# the params stay whole and the state stays split.
+explicit = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(explicit):
+    eparams = jax.device_put(plain, NamedSharding(explicit, P()))
+    promised = gradtx.state_shardings(tx, eparams, shard_over="data")
+    estate = jax.jit(tx.init, out_shardings=promised)(eparams)
+    estep = jax.jit(step)
+    text = estep.lower(eparams, estate, eparams).compile().as_text()
+    assert re.search(r"\ball-gather(?:-start)?\(", text), "no all-gather"
+    new_params, new_state = estep(eparams, estate, jax.tree.map(jnp.sin, eparams))
+    assert all(spec_of(x) == () for x in jax.tree.leaves(new_params)), new_params
+    assert_promised(new_state, promised, "explicit axes")
+    for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(split)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
 # A checkpoint of ZeRO-1 state comes back split as promised.
 import os, tempfile
 

@@ -16,6 +16,7 @@ from gradtx._core.boundary import check_complete, check_leaves, declared, outerm
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.foreign import factory_name, injected_hyperparams, keyed, plain
 from gradtx._core.module import Module, static
+from gradtx._core.update_layout import like_params
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 
@@ -151,6 +152,25 @@ def _checking_paths(update: Any) -> Any:
     return wrapper
 
 
+def _laid_out_like_params(update: Any) -> Any:
+    """`update` whose outermost call gives each update its parameter's explicit sharding.
+
+    See gradtx/_core/update_layout.py; a combinator's inner calls leave the updates as the
+    math made them.
+    """
+
+    @functools.wraps(update)
+    def wrapper(
+        self: Any, updates: Any, state: Any, params: Any = None, **extra: Any
+    ) -> tuple[Any, Any]:
+        new_updates, new_state = update(self, updates, state, params, **extra)
+        if params is not None and outermost():
+            new_updates = like_params(new_updates, params)
+        return new_updates, new_state
+
+    return wrapper
+
+
 def _declaring_partial(update: Any) -> Any:
     """`update` taking the keyword `partial` (declare a partial update; see `Transformation`)."""
 
@@ -178,7 +198,8 @@ class Transformation(Module):
     `update` acts on the paths present in `updates` (`None` leaves mean "no gradient": no update,
     and that path's state does not move). A gradient tree that lacks parameter paths is an
     error unless the call says `partial=True` (see gradtx/_core/boundary.py). Unknown `**extra`
-    arguments are ignored.
+    arguments are ignored. Under explicit mesh axes, the user's own call (given `params`)
+    returns each update with its parameter's sharding (see gradtx/_core/update_layout.py).
     """
 
     name: ClassVar[str] = "transformation"
@@ -188,7 +209,9 @@ class Transformation(Module):
         # Eager `update` calls run one cached compiled program (see gradtx/_core/dispatch.py).
         update = cls.__dict__.get("update")
         if update is not None and not hasattr(update, "__wrapped_eager__"):
-            cls.update = _declaring_partial(eager_dispatch(_checking_paths(update)))
+            cls.update = _declaring_partial(
+                eager_dispatch(_checking_paths(_laid_out_like_params(update)))
+            )
         init = getattr(cls, "init", None)  # a mixin's `init` too
         if init is not None and not hasattr(init, "__checks_schedules__"):
             cls.init = _checking_schedules(init)

@@ -319,8 +319,10 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
     axis (FSDP),
     stays as its parameter; `gradtx.slot_layouts` says which and why. The step then keeps
     one slice of the optimizer state per device of the axis, and XLA inserts the
-    collectives that the layout needs. Use automatic mesh axes (`AxisType.Auto`) with
-    `shard_over`: under explicit axes the optimizer's math would have to reshard by hand.
+    collectives that the layout needs. Under explicit mesh axes the arrays carry these
+    shardings in their types, and each update comes out with its parameter's sharding (the
+    user's own `update` call reshards it), so the params keep theirs without `jit` being
+    told any shardings.
 
     `gradtx.bucketed` keeps each sharded leaf in a buffer of its own, which its `init` can
     only see outside `jit` under automatic axes: with sharded params, create its state with

@@ -54,9 +54,14 @@ def kernel_state(specs):
     return {k: s for k, s in specs.items() if k.split("/", 1)[0] in ("mu", "nu")}
 
 
-def train(make, tx, explicit, steps=3):
+def param_specs(model):
+    return {k: spec_of(v) for k, v in gradtx.state_dict(pure(nnx.state(model, nnx.Param))).items()}
+
+
+def train(make, tx, reshard=False, keep_layout=False, steps=3):
     model, optimizer = make(tx)
     first = flat_specs(optimizer.opt_state)
+    layout = param_specs(model)
 
     @nnx.jit
     def step(model, optimizer):
@@ -67,8 +72,10 @@ def train(make, tx, explicit, steps=3):
     losses = []
     for _ in range(steps):
         losses.append(float(step(model, optimizer)))
-        if explicit:  # the updated params take the state's split: back to whole, as Flax does
+        if reshard:  # optax's split updates split the params: back to whole, as Flax does
             model = jax.sharding.reshard(model, P())
+        if keep_layout:  # gradtx's updates come out with each parameter's own layout
+            assert param_specs(model) == layout, (param_specs(model), layout)
     trained = gradtx.state_dict(pure(nnx.state(model, nnx.Param)))
     params = {k: np.asarray(v) for k, v in trained.items()}
     return first, flat_specs(optimizer.opt_state), losses, params
@@ -89,10 +96,17 @@ for axis_type in (AxisType.Auto, AxisType.Explicit):
     with jax.set_mesh(mesh):
         with jax.numpy_dtype_promotion("standard"):  # optax mixes int counts and floats
             reference, _, ref_losses, ref_params = train(eager, optax.adam(1e-2), explicit)
+        if explicit:  # without the reshard, optax's step splits the params and then fails
+            with jax.numpy_dtype_promotion("standard"):
+                model, optimizer = eager(optax.adam(1e-2))
+                nnx.jit(lambda m, o: o.update(m, nnx.grad(lambda m: jnp.sum(m(x)))(m)))(
+                    model, optimizer
+                )
+            assert param_specs(model)["l1/kernel"] == ("x", "y"), param_specs(model)
         for make in (eager, traced):
             where = (str(axis_type), make.__name__)
             tx = gradtx.adam(1e-2)
-            first, last, losses, params = train(make, tx, explicit)
+            first, last, losses, params = train(make, tx, keep_layout=explicit)
             # The kernels' moments are split as declared; the biases' follow their parameter.
             for key, spec in kernel_state(first).items():
                 assert spec == (("x", "y") if key.endswith("kernel") else ()), (where, key, spec)
