@@ -79,6 +79,33 @@ for entry in entries:
         checked += 1
 assert checked == 2 * len(entries), checked
 
+# The same under explicit axes, where the arrays carry their shardings and `jit` is told
+# none: the state stays as promised, each parameter keeps its layout (updates come out in
+# it), and the params equal the unsharded step's.
+explicit = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(explicit):
+    eparams = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(explicit, s)), plain, specs)
+    layouts = [spec_of(x) for x in jax.tree.leaves(eparams)]
+    for entry in entries:
+        tx = entry.make(entry.scalar)
+
+        def step(p, s, tx=tx):
+            updates, s = tx.update(jax.tree.map(jnp.cos, p), s, p)
+            return gradtx.apply_updates(p, updates), s
+
+        expected, _ = jax.jit(step)(plain, tx.init(plain))
+        for over in (None, "data"):
+            where = f"{entry.id}, explicit axes, shard_over={over}"
+            promised = gradtx.state_shardings(tx, eparams, shard_over=over)
+            state = jax.jit(tx.init, out_shardings=promised)(eparams)
+            new_params, new_state = jax.jit(step)(eparams, state)
+            assert_promised(new_state, promised, where)
+            assert [spec_of(x) for x in jax.tree.leaves(new_params)] == layouts, where
+            for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=where)
+            checked += 1
+assert checked == 4 * len(entries), checked
+
 # ZeRO-1 with tensor parallelism: a dim split over "model" takes "data" too where it divides.
 bias = {"b": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("model")))}
 for slot in gradtx.slot_layouts(gradtx.adam(1e-3), bias, shard_over="data"):

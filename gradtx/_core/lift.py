@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 
 from gradtx._core.boundary import check_complete
+from gradtx._core.update_layout import explicit, in_state_layout
 from gradtx._core.widening import note_state_read, promoted
 from gradtx._layouts.complex import (
     check_same_kind,
@@ -316,6 +317,7 @@ def update_slots(
     advanced: set[str] = set()
     read = set(slots) if element_slots is None else set(element_slots)
     out = []
+    on_explicit_axes = explicit(leaves)
     for path, g in zip(paths, leaves):
         if g is None or (where is not None and path not in where and not is_unit(g)):
             out.append(g)
@@ -360,7 +362,8 @@ def update_slots(
             u, changed = leaf_update(to_real(g), leaf_slots, real)
             u = from_real(u, g.dtype)
         else:
-            u, changed = leaf_update(g, leaf_slots, param)
+            g_, param_ = in_state_layout(g, param, leaf_slots) if on_explicit_axes else (g, param)
+            u, changed = leaf_update(g_, leaf_slots, param_)
             u = cast(u, update_dtype(g, _only(leaf_slots, read), path))
         out.append(u)
         advanced.add(path)

@@ -16,7 +16,7 @@ from gradtx._core.boundary import check_complete, check_leaves, declared, outerm
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.foreign import factory_name, injected_hyperparams, keyed, plain
 from gradtx._core.module import Module, static
-from gradtx._core.update_layout import like_params
+from gradtx._core.update_layout import explicit, like_params, like_state
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 
@@ -153,10 +153,11 @@ def _checking_paths(update: Any) -> Any:
 
 
 def _laid_out_like_params(update: Any) -> Any:
-    """`update` whose outermost call gives each update its parameter's explicit sharding.
+    """`update` whose outermost call keeps the explicit layouts of params and state.
 
-    See gradtx/_core/update_layout.py; a combinator's inner calls leave the updates as the
-    math made them.
+    Each update takes its parameter's layout, each state leaf its own from the step before.
+    See gradtx/_core/update_layout.py; a combinator's inner calls leave them as the math
+    made them.
     """
 
     @functools.wraps(update)
@@ -164,8 +165,10 @@ def _laid_out_like_params(update: Any) -> Any:
         self: Any, updates: Any, state: Any, params: Any = None, **extra: Any
     ) -> tuple[Any, Any]:
         new_updates, new_state = update(self, updates, state, params, **extra)
-        if params is not None and outermost():
-            new_updates = like_params(new_updates, params)
+        if outermost() and explicit(updates):
+            new_state = like_state(new_state, state)
+            if params is not None:
+                new_updates = like_params(new_updates, params)
         return new_updates, new_state
 
     return wrapper

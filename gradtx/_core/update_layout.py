@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding
 
 from gradtx._paths.paths import flatten
 
-__all__ = ["like_params"]
+__all__ = ["explicit", "in_state_layout", "like", "like_params", "like_state", "whole"]
 
 
 def _explicit_sharding(x: Any) -> NamedSharding | None:
@@ -32,6 +32,42 @@ def _explicit_sharding(x: Any) -> NamedSharding | None:
         return None
     explicit = jax.sharding.AxisType.Explicit
     return sharding if explicit in mesh.axis_types else None
+
+
+def explicit(tree: Any) -> bool:
+    """Whether `tree`'s first array lives on explicit mesh axes (then all of a step does)."""
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            return _explicit_sharding(leaf) is not None
+    return False
+
+
+def _explicit_of(ref: Any) -> NamedSharding | None:
+    """The explicit sharding of an array, or of an abstract leaf from `jax.eval_shape`."""
+    if isinstance(ref, jax.Array):
+        return _explicit_sharding(ref)
+    sharding = getattr(ref, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return None
+    return sharding
+
+
+def like(x: Any, ref: Any) -> Any:
+    """`x` resharded to `ref`'s explicit sharding where the two differ, else `x`.
+
+    For values that must have one type under explicit axes: the branches of a `lax.cond`,
+    the cases of a `where`.
+    """
+    target = _explicit_of(ref)
+    own = _explicit_sharding(x) if target is not None else None
+    if own is None or _spec(own) == _spec(target):
+        return x
+    return jax.sharding.reshard(x, target)
+
+
+def _is_real(x: Any) -> bool:
+    return bool(jax.numpy.issubdtype(x.dtype, jax.numpy.inexact))
 
 
 def _spec(sharding: NamedSharding) -> tuple:
@@ -47,6 +83,8 @@ def like_params(updates: Any, params: Any) -> Any:
     Leaves are matched by path; an update whose parameter has no explicit sharding, or that
     already has the parameter's, is returned as it is (the same object).
     """
+    if not explicit(params):
+        return updates
     param_paths, param_leaves, _ = flatten(params)
     targets = {}
     for path, leaf in zip(param_paths, param_leaves):
@@ -63,4 +101,62 @@ def like_params(updates: Any, params: Any) -> Any:
         if own is not None and _spec(own) != _spec(target):
             update = jax.sharding.reshard(update, target)
         out.append(update)
+    return jax.tree.unflatten(treedef, out)
+
+
+def in_state_layout(g: Any, param: Any, slots: dict[str, Any]) -> tuple[Any, Any]:
+    """`g` and `param` resharded to the layout of a slot shaped like them, if explicit.
+
+    Under ZeRO-1 (or a declared state layout) a slot is split more finely than its gradient.
+    Elementwise math mixes them, and explicit axes refuse some such mixes (`where`, `cond`
+    branches), so the math runs in the state's layout: each device takes its slice of the
+    gradient, which needs no communication. `like_params` gathers the updates at the end.
+    """
+    own = _explicit_sharding(g)
+    if own is None:
+        return g, param
+    shape = tuple(g.shape)
+    for slot in slots.values():
+        target = _explicit_sharding(slot)
+        if target is None or tuple(slot.shape) != shape or not _is_real(slot):
+            continue
+        if _spec(target) == _spec(own):
+            return g, param
+        g = jax.sharding.reshard(g, target)
+        if _explicit_sharding(param) is not None:
+            param = jax.sharding.reshard(param, target)
+        return g, param
+    return g, param
+
+
+def whole(x: Any) -> Any:
+    """`x` gathered onto every device where an explicit sharding splits it, else `x`.
+
+    For math that needs all of an array at once under explicit axes: a reshape or slice
+    across a split dimension (a fixed-order sum), or a product over one (Newton-Schulz, the
+    inner products of L-BFGS). Under automatic axes XLA inserts the same gather itself.
+    """
+    sharding = _explicit_sharding(x)
+    if sharding is None or not _spec(sharding):
+        return x
+    return jax.sharding.reshard(x, NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
+
+
+def like_state(new_state: Any, state: Any) -> Any:
+    """`new_state` with each leaf in the explicit layout of the same leaf of `state`.
+
+    The state keeps its layout from step to step, as `state_shardings` promised it: a slot
+    that the math rebuilt from whole arrays (a line search's gradient at its last point) is
+    split again where the old one was.
+    """
+    old = {
+        jax.tree_util.keystr(path): leaf
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
+    }
+    found, treedef = jax.tree_util.tree_flatten_with_path(new_state)
+    out = []
+    for path, leaf in found:
+        ref = old.get(jax.tree_util.keystr(path))
+        same = ref is not None and getattr(ref, "shape", None) == getattr(leaf, "shape", ())
+        out.append(like(leaf, ref) if same and isinstance(leaf, jax.Array) else leaf)
     return jax.tree.unflatten(treedef, out)

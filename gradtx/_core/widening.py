@@ -29,6 +29,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gradtx._core.update_layout import like
+
 __all__ = [
     "Widening",
     "is_narrow",
@@ -120,6 +122,11 @@ def shaped_like(tree: Any, shapes: Any) -> Any:
     For the branch of a `lax.cond` that passes updates through (or zeroes them) next to one
     that runs a transformation: that one's updates may come out wider than the gradient
     (float32 from float32 state), and both branches must give the same types. Widening is
-    exact, so the passed-through values are unchanged.
+    exact, so the passed-through values are unchanged. Under explicit mesh axes the
+    sharding is part of the type too, so each array also takes its leaf's sharding.
     """
-    return jax.tree.map(lambda x, s: x if x.dtype == s.dtype else x.astype(s.dtype), tree, shapes)
+
+    def shaped(x: Any, s: Any) -> Any:
+        return like(x if x.dtype == s.dtype else x.astype(s.dtype), s)
+
+    return jax.tree.map(shaped, tree, shapes)

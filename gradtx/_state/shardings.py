@@ -30,7 +30,8 @@ class SlotLayout:
         param: the parameter path it belongs to, or `None` (counts, statistics, scalars).
         sharding: the sharding it gets.
         note: `"as its parameter"`, `"its parameter's, stacked on dim 0"`,
-            `"its parameter's, on the dims it keeps"`, `"replicated"`, with
+            `"its parameter's, on the dims it keeps"`, `"replicated"`,
+            `"replicated: not floating point"` (a random key's bits), with
             `"its parameter's optimizer_sharding"` in place of "its parameter" where the
             parameter declares one (Flax NNX metadata), or under `shard_over`:
             `"over 'data' on dim 0"`, `"over 'data' on dim 0, with 'model'"`,
@@ -220,17 +221,28 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
     for key, leaf, owner in _state_leaves(state, by_path):
         shape = tuple(leaf.shape)
         sharding, note = replicated, "replicated"
-        if owner is not None and shape:
+        if owner is not None and shape and not _is_real(leaf):  # a random key's bits
+            sharding, note = replicated, "replicated: not floating point"
+        elif owner is not None and shape:
             param = by_path[owner]
             base = declared.get(owner, shardings[owner])
             sharding, note = _slot_sharding(base, shape, tuple(param.shape), replicated)
             if owner in declared:
                 note = _DECLARED_NOTES.get(note, note)
-            if shard_over is not None and isinstance(sharding, NamedSharding):
-                stacked = shape[1:] == tuple(param.shape)
+            stacked = shape[1:] == tuple(param.shape)
+            # ZeRO-1 splits the slots that hold a value per element of the parameter. A
+            # factored moment's rows and columns stay as they are (split over one axis on
+            # two dims, their outer product would be an illegal layout), and so does a slot
+            # of another shape.
+            per_element = shape == tuple(param.shape) or stacked
+            if shard_over is not None and per_element and isinstance(sharding, NamedSharding):
                 sharding, note = _zero1(sharding, shape, shard_over, first=int(stacked))
         out.append(SlotLayout(key, owner if shape else None, sharding, note))
     return treedef, out
+
+
+def _is_real(leaf: Any) -> bool:
+    return bool(jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact))
 
 
 def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
@@ -312,12 +324,13 @@ def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> A
     - everything else (step counts, injected hyperparameters, statistics) is replicated on
       the params' mesh.
 
-    With `shard_over="data"` (ZeRO-1), every per-path slot is also split over that mesh
-    axis, on its first dimension that is not already sharded and that the axis size divides
-    (else on a sharded one that the product of its axes and this one divides: `("model",
-    "data")`). A slot with no such dimension, or whose parameter is already split over the
-    axis (FSDP),
-    stays as its parameter; `gradtx.slot_layouts` says which and why. The step then keeps
+    With `shard_over="data"` (ZeRO-1), every per-path slot that holds a value per element
+    of its parameter (shaped like it, or a stack of such) is also split over that mesh
+    axis, on its first dimension that is not already sharded and that the axis size
+    divides (else on a sharded one that the product of its axes and this one divides:
+    `("model", "data")`). A slot with no such dimension, or whose parameter is already
+    split over the axis (FSDP), stays as its parameter, and so do factored moments and
+    slots of other shapes; `gradtx.slot_layouts` says which and why. The step then keeps
     one slice of the optimizer state per device of the axis, and XLA inserts the
     collectives that the layout needs. Under explicit mesh axes the arrays carry these
     shardings in their types, and each update comes out with its parameter's sharding (the

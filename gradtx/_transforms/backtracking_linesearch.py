@@ -10,6 +10,7 @@ from jax import lax
 
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
+from gradtx._core.update_layout import like
 from gradtx._transforms.linesearch import Linesearch, check_steps, report
 
 __all__ = ["scale_by_backtracking_linesearch"]
@@ -57,6 +58,8 @@ class ScaleByBacktrackingLinesearch(Linesearch):
         def body(carry: dict) -> dict:
             eta = carry["trial"]
             value, grads = evaluate(eta)
+            if grads is not None and carry["grads"] is not None:  # explicit axes: one layout
+                grads = jax.tree.map(like, grads, carry["grads"])
             return {
                 "step": carry["step"] + 1,
                 "trial": eta * shrink,

@@ -19,7 +19,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from gradtx._core.apply import apply_updates
-from gradtx._core.lift import cast, compute_dtype, init_slots, map_updates, update_slots, zeros_for
+from gradtx._core.lift import (
+    cast,
+    compute_dtype,
+    init_slots,
+    map_updates,
+    split_explicitly,
+    update_slots,
+    zeros_for,
+)
 from gradtx._core.protocol import Transformation, check_state_keys
 from gradtx._core.statistics import Statistics
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
@@ -59,7 +67,11 @@ def dot(xs: list, ys: list, dtype: Any) -> jax.Array:
     total = jnp.zeros((), dtype)
     for x, y in zip(xs, ys):
         wide = compute_dtype(x, y)
-        total = total + cast(jnp.vdot(cast(x, wide), cast(y, wide)), dtype)
+        x, y = cast(x, wide), cast(y, wide)
+        # A split array (explicit axes) has no layout for `vdot`'s flattening: its products
+        # summed give the same inner product, reduced across the devices.
+        product = jnp.sum(x * y) if split_explicitly(x) or split_explicitly(y) else jnp.vdot(x, y)
+        total = total + cast(product, dtype)
     return total
 
 

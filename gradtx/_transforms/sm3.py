@@ -10,6 +10,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._core.update_layout import whole
 from gradtx._layouts.packed import reject_packed
 
 __all__ = ["accumulator_size", "scale_by_sm3"]
@@ -42,8 +43,9 @@ def _cover_maxima(acc: Any) -> Any:
     axes = range(acc.ndim)
     # A cover set of an empty array is empty; accumulators are never negative, so 0 is the
     # identity of the maximum there.
+    # Under explicit axes each maximum keeps the split of its own dim: gather them to join.
     return jnp.concatenate(
-        [jnp.max(acc, axis=tuple(a for a in axes if a != i), initial=0) for i in axes]
+        [whole(jnp.max(acc, axis=tuple(a for a in axes if a != i), initial=0)) for i in axes]
     )
 
 

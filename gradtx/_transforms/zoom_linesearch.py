@@ -10,6 +10,7 @@ from jax import lax
 
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
+from gradtx._core.update_layout import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, report
 
 __all__ = ["scale_by_zoom_linesearch"]
@@ -74,7 +75,7 @@ def _next_in_interval(c: dict) -> jax.Array:
 
 
 def _pick(flag: jax.Array, yes: Any, no: Any) -> Any:
-    return jax.tree.map(lambda x, y: jnp.where(flag, x, y), yes, no)
+    return jax.tree.map(lambda x, y: jnp.where(flag, x, like(y, x)), yes, no)
 
 
 class ScaleByZoomLinesearch(Linesearch):
@@ -131,7 +132,10 @@ class ScaleByZoomLinesearch(Linesearch):
         def keep_going(carry: dict) -> jax.Array:
             return ~carry["done"] & (carry["step"] < self.max_linesearch_steps)
 
-        carry = lax.while_loop(keep_going, lambda carry: self._iterate(line, c, carry), carry)
+        def iterate(carry: dict) -> dict:  # explicit axes: the carry keeps its layouts
+            return jax.tree.map(like, self._iterate(line, c, carry), carry)
+
+        carry = lax.while_loop(keep_going, iterate, carry)
         # Both conditions met: the last point. Else the lowest value that decreased enough,
         # if any; else the last point tried.
         use_last = carry["met"] | ~carry["found"]

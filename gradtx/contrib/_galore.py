@@ -21,6 +21,7 @@ from gradtx._core.protocol import (
     merge_descriptions,
     own_hyperparams,
 )
+from gradtx._core.update_layout import whole
 from gradtx._core.widening import promoted
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
@@ -209,7 +210,11 @@ class ScaleByGalore(Transformation):
         matrix = _as_matrix(g, transpose, size)
 
         def fresh() -> Any:
-            u, _, vh = jnp.linalg.svd(matrix.astype(compute_dtype(matrix)), full_matrices=False)
+            # An SVD needs the whole matrix on each device (under explicit axes, say so).
+            whole_matrix = whole(matrix)
+            u, _, vh = jnp.linalg.svd(
+                whole_matrix.astype(compute_dtype(whole_matrix)), full_matrices=False
+            )
             return (u[:, :r] if left else vh[:r, :].T).astype(old.dtype)
 
         due = count % jnp.asarray(self.update_proj_gap, jnp.int32) == 0

@@ -26,6 +26,7 @@ from gradtx._core.module import (
     non_negative,
     static,
 )
+from gradtx._core.update_layout import whole
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -114,7 +115,7 @@ def orthogonalize_via_newton_schulz(
     dtype = compute_dtype(x)
     coeffs = jnp.asarray(ns_coeffs, jnp.float32).astype(dtype)
     rows = [coeffs[i] for i in range(coeffs.shape[0])] if coeffs.ndim == 2 else [coeffs] * ns_steps
-    y = x.astype(dtype)
+    y = whole(x).astype(dtype)  # products over both dims: all of the matrix on each device
     transposed = y.shape[0] > y.shape[1]
     if transposed:
         y = y.T

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.lift import compute_dtype, update_slots, zeros_for
+from gradtx._core.update_layout import whole
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._paths.paths import flatten, is_unit
 
@@ -112,7 +113,7 @@ def pairwise_sum(x: jax.Array) -> jax.Array:
     buffers): a global scalar kept in the state would then differ in its last bit. Halving
     with elementwise adds fixes the order: `log2(n)` passes over a shrinking array.
     """
-    x = jnp.ravel(x)
+    x = jnp.ravel(whole(x))  # the halving reshapes across the array: all of it, explicitly
     if x.size == 0:
         return jnp.zeros((), x.dtype)
     while x.size > 1:

@@ -11,6 +11,7 @@ from gradtx._core.apply import apply_updates
 from gradtx._core.lift import compute_dtype, init_slots, update_slots
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
+from gradtx._core.update_layout import like
 from gradtx._layouts.complex import from_real, is_complex
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
@@ -23,7 +24,7 @@ def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
     """`if_true` where `cond`, else `if_false`, leaf by leaf (`None` leaves stay `None`)."""
 
     def pick(a: Any, b: Any) -> Any:
-        return None if a is None else jnp.where(cond, a, b)
+        return None if a is None else jnp.where(cond, a, like(b, a))  # one layout, explicitly
 
     return jax.tree.map(pick, if_true, if_false, is_leaf=lambda x: x is None)
 

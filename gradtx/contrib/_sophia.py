@@ -28,6 +28,7 @@ from gradtx._core.module import (
     static,
 )
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.widening import shaped_like
 from gradtx._layouts.complex import is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -240,7 +241,7 @@ class ScaleBySophia(Transformation):
 
         def skip(inner: Any) -> tuple[Any, Any]:
             zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[0])
-            return zeros, inner
+            return shaped_like(zeros, shapes[0]), inner  # explicit axes: the same layout too
 
         hess, inner = lax.cond(jnp.any(jnp.stack(due)), estimate, skip, state["hessian_fn"])
         h_paths, h_leaves, _ = flatten(hess)
