@@ -52,40 +52,15 @@ specs = {
     "layers": [{"w": P(None, "model")}, {"w": P(), "s": P()}],
     "frozen": None,
 }
-params = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), plain, specs)
-param_shardings = shardings_of(params)
-checked = 0
 entries = registry.PER_NAME[PART::PARTS]  # this child's share: one entry per public name
-for entry in entries:
-    tx = entry.make(entry.scalar)
 
-    def step(p, s, tx=tx):
-        updates, s = tx.update(jax.tree.map(jnp.cos, p), s, p)
-        return gradtx.apply_updates(p, updates), s
 
-    expected, _ = jax.jit(step)(plain, tx.init(plain))
-    for over in (None, "data"):
-        where = f"{entry.id}, shard_over={over}"
-        promised = gradtx.state_shardings(tx, params, shard_over=over)
-        state = jax.jit(tx.init, out_shardings=promised)(params)
-        assert_promised(state, promised, where + ", init")
-        shardings = (param_shardings, promised)
-        run = jax.jit(step, in_shardings=shardings, out_shardings=shardings)
-        new_params, new_state = run(params, state)
-        assert_promised(new_state, promised, where + ", update")
-        for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
-            # Sharded matrix products (muon's Newton-Schulz steps) sum in another order.
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=where)
-        checked += 1
-assert checked == 2 * len(entries), checked
-
-# The same under explicit axes, where the arrays carry their shardings and `jit` is told
-# none: the state stays as promised, each parameter keeps its layout (updates come out in
-# it), and the params equal the unsharded step's.
-explicit = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
-with jax.set_mesh(explicit):
-    eparams = jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(explicit, s)), plain, specs)
-    layouts = [spec_of(x) for x in jax.tree.leaves(eparams)]
+# Each entry's state where promised, after `init` and a jitted step, with and without ZeRO-1,
+# and the params of the unsharded step. Under automatic axes `jit` is given the shardings;
+# under explicit ones the arrays carry them, `jit` is told none, and each parameter must keep
+# its layout (its update comes out in it).
+def check_entries(params, explicit):
+    layouts = [spec_of(x) for x in jax.tree.leaves(params)]
     for entry in entries:
         tx = entry.make(entry.scalar)
 
@@ -95,16 +70,30 @@ with jax.set_mesh(explicit):
 
         expected, _ = jax.jit(step)(plain, tx.init(plain))
         for over in (None, "data"):
-            where = f"{entry.id}, explicit axes, shard_over={over}"
-            promised = gradtx.state_shardings(tx, eparams, shard_over=over)
-            state = jax.jit(tx.init, out_shardings=promised)(eparams)
-            new_params, new_state = jax.jit(step)(eparams, state)
-            assert_promised(new_state, promised, where)
+            where = f"{entry.id}, explicit={explicit}, shard_over={over}"
+            promised = gradtx.state_shardings(tx, params, shard_over=over)
+            state = jax.jit(tx.init, out_shardings=promised)(params)
+            assert_promised(state, promised, where + ", init")
+            shardings = (shardings_of(params), promised)
+            run = jax.jit(step) if explicit else jax.jit(
+                step, in_shardings=shardings, out_shardings=shardings
+            )
+            new_params, new_state = run(params, state)
+            assert_promised(new_state, promised, where + ", update")
             assert [spec_of(x) for x in jax.tree.leaves(new_params)] == layouts, where
             for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
+                # Sharded matrix products (muon's Newton-Schulz steps) sum in another order.
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=where)
-            checked += 1
-assert checked == 4 * len(entries), checked
+
+
+def placed(mesh):
+    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), plain, specs)
+
+
+check_entries(placed(mesh), explicit=False)
+explicit_mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(explicit_mesh):
+    check_entries(placed(explicit_mesh), explicit=True)
 
 # ZeRO-1 with tensor parallelism: a dim split over "model" takes "data" too where it divides.
 bias = {"b": jax.device_put(jnp.ones(1024), NamedSharding(mesh, P("model")))}
