@@ -47,7 +47,7 @@ def add_init_finisher(finish: Callable[[Any, Any, Any], Any]) -> None:
     _init_finishers.append(finish)
 
 
-def _checking_schedules(init: Any) -> Any:
+def _checked_init(init: Any) -> Any:
     """`init` that first checks what each schedule hyperparameter returns.
 
     The outermost call also hands its state to the registered finishers.
@@ -68,7 +68,7 @@ def _checking_schedules(init: Any) -> Any:
                 state = finish(self, state, params)
         return state
 
-    wrapper.__checks_schedules__ = True  # type: ignore[attr-defined]
+    wrapper.__checked_init__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -216,8 +216,8 @@ class Transformation(Module):
                 eager_dispatch(_checking_paths(_laid_out_like_params(update)))
             )
         init = getattr(cls, "init", None)  # a mixin's `init` too
-        if init is not None and not hasattr(init, "__checks_schedules__"):
-            cls.init = _checking_schedules(init)
+        if init is not None and not hasattr(init, "__checked_init__"):
+            cls.init = _checked_init(init)
 
     def init(self, params: Params) -> State:
         """Initial state for `params` (arrays or `jax.ShapeDtypeStruct` leaves)."""

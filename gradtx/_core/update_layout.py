@@ -17,21 +17,25 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from gradtx._paths.paths import flatten
+from gradtx._layouts.packed import spec_axes
+from gradtx._paths.paths import flatten, path_of
 
 __all__ = ["explicit", "in_state_layout", "like", "like_params", "like_state", "whole"]
+
+
+def _on_explicit_axes(sharding: Any) -> NamedSharding | None:
+    """`sharding` if it is on a mesh with explicit axes, else None."""
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return None
+    return sharding
 
 
 def _explicit_sharding(x: Any) -> NamedSharding | None:
     """`x`'s sharding where its type carries one on explicit mesh axes, else None."""
     if not isinstance(x, jax.Array):  # `None`, packed units, abstract leaves
         return None
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty:
-        return None
-    explicit = jax.sharding.AxisType.Explicit
-    return sharding if explicit in mesh.axis_types else None
+    return _on_explicit_axes(getattr(jax.typeof(x), "sharding", None))
 
 
 def explicit(tree: Any) -> bool:
@@ -46,11 +50,7 @@ def _explicit_of(ref: Any) -> NamedSharding | None:
     """The explicit sharding of an array, or of an abstract leaf from `jax.eval_shape`."""
     if isinstance(ref, jax.Array):
         return _explicit_sharding(ref)
-    sharding = getattr(ref, "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
-        return None
-    return sharding
+    return _on_explicit_axes(getattr(ref, "sharding", None))
 
 
 def like(x: Any, ref: Any) -> Any:
@@ -71,10 +71,7 @@ def _is_real(x: Any) -> bool:
 
 
 def _spec(sharding: NamedSharding) -> tuple:
-    entries = list(sharding.spec)
-    while entries and entries[-1] is None:  # P("x") and P("x", None) are one layout
-        entries.pop()
-    return tuple(entries)
+    return spec_axes(sharding.spec)
 
 
 def like_params(updates: Any, params: Any) -> Any:
@@ -149,14 +146,11 @@ def like_state(new_state: Any, state: Any) -> Any:
     that the math rebuilt from whole arrays (a line search's gradient at its last point) is
     split again where the old one was.
     """
-    old = {
-        jax.tree_util.keystr(path): leaf
-        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
-    }
+    old = {path_of(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
     found, treedef = jax.tree_util.tree_flatten_with_path(new_state)
     out = []
     for path, leaf in found:
-        ref = old.get(jax.tree_util.keystr(path))
+        ref = old.get(path_of(path))
         same = ref is not None and getattr(ref, "shape", None) == getattr(leaf, "shape", ())
         out.append(like(leaf, ref) if same and isinstance(leaf, jax.Array) else leaf)
     return jax.tree.unflatten(treedef, out)

@@ -46,6 +46,7 @@ __all__ = [
     "plan_layout",
     "sharded_leaves",
     "slice_leaf",
+    "spec_axes",
     "spec_text",
 ]
 
@@ -566,15 +567,23 @@ def sharded_leaves(tree: Any) -> dict[str, Any]:
     return found
 
 
+def spec_axes(spec: Any) -> tuple:
+    """A `PartitionSpec`'s entries without trailing `None`s, which change no layout.
+
+    `P("x")` and `P("x", None)` both give `("x",)`.
+    """
+    axes = list(spec)
+    while axes and axes[-1] is None:
+        axes.pop()
+    return tuple(axes)
+
+
 def spec_text(sharding: Any) -> str:
     """A sharding as its `PartitionSpec`, trailing `None`s dropped: `P('x')`, `P(None, 'x')`."""
     spec = getattr(sharding, "spec", None)
     if spec is None:
         return repr(sharding)
-    axes = list(spec)
-    while axes and axes[-1] is None:  # P("x") and P("x", None) are one layout
-        axes.pop()
-    return f"P({', '.join(map(repr, axes))})"
+    return f"P({', '.join(map(repr, spec_axes(spec)))})"
 
 
 def check_own_buffer_from(value: Any, owner: str) -> None:

@@ -8,10 +8,11 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._core.protocol import add_init_finisher, as_transformation
-from gradtx._layouts.packed import known_shardings
+from gradtx._layouts.packed import known_shardings, spec_axes
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
 from gradtx._state.declared import DECLARED, declared_shardings, declared_specs
 
@@ -109,9 +110,7 @@ def _kept_dims(shape: tuple[int, ...], param_shape: tuple[int, ...]) -> list[int
 
 def _spec(entries: list[Any]) -> PartitionSpec:
     """A PartitionSpec without trailing `None`s (`P("data")`, not `P("data", None)`)."""
-    while entries and entries[-1] is None:
-        entries = entries[:-1]
-    return PartitionSpec(*entries)
+    return PartitionSpec(*spec_axes(entries))
 
 
 def _uses(entry: Any, axis: str) -> bool:
@@ -221,7 +220,8 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
     for key, leaf, owner in _state_leaves(state, by_path):
         shape = tuple(leaf.shape)
         sharding, note = replicated, "replicated"
-        if owner is not None and shape and not _is_real(leaf):  # a random key's bits
+        # A random key's bits share their parameter's path but hold no value per element.
+        if owner is not None and shape and not jnp.issubdtype(leaf.dtype, jnp.inexact):
             sharding, note = replicated, "replicated: not floating point"
         elif owner is not None and shape:
             param = by_path[owner]
@@ -239,10 +239,6 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
                 sharding, note = _zero1(sharding, shape, shard_over, first=int(stacked))
         out.append(SlotLayout(key, owner if shape else None, sharding, note))
     return treedef, out
-
-
-def _is_real(leaf: Any) -> bool:
-    return bool(jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact))
 
 
 def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
