@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The accelerator measurements of the performance page, in one run of about nine minutes.
+# The accelerator measurements of the performance page: parts by importance, within a budget.
 #
 #   OUT=benchmarks/results/gpu bash benchmarks/gpu_suite.sh [seconds]
 #   SMOKE=1 OUT=/tmp/gpu bash benchmarks/gpu_suite.sh      # tiny sizes, to check the script
+#   PARTS="run_big_leaf whole_model_mlp" OUT=... bash benchmarks/gpu_suite.sh   # some parts
 #
 # Runs from the repository root with the checkout on PYTHONPATH (jax with CUDA, optax, flax,
 # equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
 # a part that would start with too little of the budget (default 540 s) left is skipped. Every
-# part writes its JSON and log under $OUT as it finishes.
+# part writes its JSON and log under $OUT as it finishes (benchmarks.run after every row, so
+# a part stopped at its limit keeps the rows it finished). On an H100 the parts up to
+# compile_2000 took about 4 minutes; the many-leaf ones (whole_model_mlp, and benchmarks.run's
+# 2000-leaf tree) compile for minutes on a GPU and come last.
 set -u
 OUT=${OUT:-benchmarks/results/gpu}
 BUDGET=${1:-540}
@@ -23,6 +27,9 @@ LEAVES=${SMOKE:+20}
 part() {
   local name=$1 limit=$2 need=$3
   shift 3
+  if [[ -n ${PARTS:-} && " $PARTS " != *" $name "* ]]; then
+    return
+  fi
   local left=$((BUDGET - ($(date +%s) - START)))
   if ((left < need)); then
     echo "== $name: skipped ($left s left)" | tee -a "$OUT/summary.txt"
@@ -48,16 +55,21 @@ part kernels_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_graphs.json"
 part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_no_graphs.json"
+# The sharded-training example on this device (one accelerator: the single layout).
+part train_sharded 60 30 $PY examples/train_sharded.py --layout single ${SMOKE:+--steps 3}
 # Whole training steps: the GPT-style model (Flax NNX).
 part whole_model_gpt 120 60 $PY -m benchmarks.whole_model --only gpt $S --out "$OUT/whole_model_gpt.json"
-# Compile time on 2000 leaves, per library (one sample each).
-part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
 # The NaN-payload promise on this device.
 part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
   "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
-# The optimizer-step table (transformer-like tree), then the whole-model many-leaf case.
-part run_transformer 150 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
-part whole_model_mlp 150 60 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
-# The sharded-training example on this device (one accelerator: the single layout).
-part train_sharded 90 45 $PY examples/train_sharded.py --layout single ${SMOKE:+--steps 3}
+# Compile time on 2000 leaves, per library (one sample each).
+part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
+# The optimizer-step table: the transformer-like tree (four of its seven configurations took
+# 150 s on an H100), then the workloads of few arrays.
+part run_transformer 300 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
+part run_big_leaf 150 60 $PY -m benchmarks.run --only "one big leaf" --no-training $S --out "$OUT/run_big_leaf.json"
+part run_bf16 150 60 $PY -m benchmarks.run --only bf16 --no-training $S --out "$OUT/run_bf16.json"
+part run_packed 150 60 $PY -m benchmarks.run --only packed --no-training $S --out "$OUT/run_packed.json"
+# The many-leaf whole model (optax's compile of it alone took 73 s on an H100).
+part whole_model_mlp 420 120 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
 echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"

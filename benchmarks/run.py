@@ -31,17 +31,24 @@ def _ready(tree: Any) -> Any:
     return jax.block_until_ready(tree)
 
 
-def measure_bandwidth(mib: int = 256, reps: int = 5) -> float:
-    """In-place streaming bandwidth (bytes/s): a donated `x * 2 + 1` reads and writes x."""
+def measure_bandwidth(mib: int = 256, reps: int = 5, rounds: int = 3) -> float:
+    """In-place streaming bandwidth (bytes/s): a donated `x * 2 + 1` reads and writes x.
+
+    Calls are timed in blocks of `reps`, each feeding the next, and the best block counts:
+    a wait for the device after every call would add its round trip to each call, which on
+    a GPU is a good part of the kernel's own time.
+    """
     n = mib * 1024 * 1024 // 4
     x = jnp.ones((n,), jnp.float32)
     f = jax.jit(lambda x: x * 2 + 1, donate_argnums=0)
     x = _ready(f(x))
     times = []
-    for _ in range(reps):
+    for _ in range(rounds):
         t0 = time.perf_counter()
-        x = _ready(f(x))
-        times.append(time.perf_counter() - t0)
+        for _ in range(reps):
+            x = f(x)
+        x = _ready(x)
+        times.append((time.perf_counter() - t0) / reps)
     return 2 * n * 4 / min(times)
 
 
@@ -170,9 +177,24 @@ def run(
     only: list[str] | None = None,
     compile_samples: int = _COMPILE_SAMPLES,
     fresh_caches: bool = True,
+    out: str | None = None,
 ) -> dict:
+    """Time every configuration on every workload; the report, written to `out` (if given)
+    after each row, so that a run stopped at a time limit keeps the rows it finished."""
     bandwidth = measure_bandwidth(64 if reps < 5 else 256)
-    results = []
+    results: list[dict] = []
+    report = {
+        "bandwidth_gb_s": bandwidth / 1e9,
+        "jax": jax.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "backend": jax.default_backend(),
+        # XLA's flags change the compiled programs (multi-output fusion, say): keep them.
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "rounds": rounds,
+        "reps_per_round": reps,
+        "results": results,
+    }
     for workload in workloads:
         p_bytes = np.dtype(jnp.dtype(workload.dtype)).itemsize
         s_bytes = np.dtype(jnp.dtype(workload.state_dtype or workload.dtype)).itemsize
@@ -224,18 +246,9 @@ def run(
             gc.collect()
             results.append(row)
             print(format_row(row), flush=True)
-    return {
-        "bandwidth_gb_s": bandwidth / 1e9,
-        "jax": jax.__version__,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "backend": jax.default_backend(),
-        # XLA's flags change the compiled programs (multi-output fusion, say): keep them.
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "rounds": rounds,
-        "reps_per_round": reps,
-        "results": results,
-    }
+            if out:
+                write_json(out, report)
+    return report
 
 
 HEADER = (
@@ -303,7 +316,7 @@ def main(argv: list[str] | None = None) -> dict:
     if os.environ.get("XLA_FLAGS"):
         print(f"XLA_FLAGS={os.environ['XLA_FLAGS']}")
     print(HEADER)
-    report = run(workloads, reps, eager_reps, rounds, args.config, compile_samples, fresh)
+    report = run(workloads, reps, eager_reps, rounds, args.config, compile_samples, fresh, args.out)
     print(f"streaming bandwidth: {report['bandwidth_gb_s']:.1f} GB/s")
     if not args.no_training:
         blocks = 4 if args.smoke else 1000
