@@ -193,6 +193,38 @@ def test_whole_model_smoke_run(tmp_path):
         assert max(losses) - min(losses) <= 2e-5 * max(losses), (name, losses)
 
 
+def test_kernel_count_smoke_run(tmp_path):
+    """The kernel count keeps running, and counts the optimizer's kernels alone: the step
+    carries its gradients to the next call donated, so no layout copies a leaf per step."""
+    report = _run_json("benchmarks.kernels", ["--smoke"], tmp_path / "kernels.json")
+    rows = {r["variant"]: r for r in report["rows"]}
+    assert set(rows) == {
+        "optax adam, tree",
+        "gradtx adam, tree",
+        "gradtx adam, bucketed state",
+        "gradtx adam, packed params",
+    }
+    for name, row in rows.items():
+        # At most one copy: XLA's CPU program copies gradtx's scalar step count.
+        assert row["hlo_kernels_by_op"].get("copy", 0) <= 1, (name, row["hlo_kernels_by_op"])
+        assert row["wall_ms"] > 0 and row["compile_s"] > 0, name
+    tree, packed = rows["gradtx adam, tree"], rows["gradtx adam, packed params"]
+    assert packed["hlo_kernels"] < tree["hlo_kernels"] / 3
+
+
+def test_compile_probe_smoke_run(tmp_path):
+    report = _run_json("benchmarks.compile_probe", ["--smoke"], tmp_path / "probe.json")
+    assert [r["variant"] for r in report["rows"]] == [
+        "optax adam, tree",
+        "tree gradient only",
+        "packed gradient only",
+        "gradtx adam, packed, runtime offsets",
+        "gradtx adam, packed, static offsets",
+    ]
+    for row in report["rows"]:
+        assert row["lower_s"] > 0 and row["compile_s"] > 0, row["variant"]
+
+
 @pytest.fixture(scope="module")
 def drawn_chart(tmp_path_factory):
     """The performance page's chart, drawn by `python -m benchmarks.chart` from the committed
