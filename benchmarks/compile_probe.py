@@ -16,8 +16,9 @@ compile seconds of:
 - gradtx's Adam on packed params, offsets at runtime (as in `benchmarks.whole_model`) and
   offsets static (`unpack()` with none): the whole step.
 
-Run under different `XLA_FLAGS` (`benchmarks/gpu_suite.sh` turns off autotuning, then
-Triton's matrix products), the rows say which part, and which compiler stage, takes the time.
+Run under different `XLA_FLAGS` (`benchmarks/gpu_suite.sh` turns off autotuning, Triton's
+matrix products, and the fusion autotuner, one at a time), the rows say which part, and which
+compiler stage, takes the time.
 """
 
 from __future__ import annotations

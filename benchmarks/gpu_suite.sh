@@ -65,7 +65,8 @@ part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
 # Compile time on 2000 leaves, per library (one sample each).
 part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
 # Why the packed MLP compiled slowly on a GPU (2.36x optax's on an H200): its step taken apart
-# (500 leaves), with default flags, then without autotuning, then without Triton's GEMMs.
+# (500 leaves), with default flags, then without autotuning, without Triton's GEMMs, and without
+# the fusion autotuner (which compares code generators).
 PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
   --only "tree gradient only" --only "packed gradient only"
   --only "gradtx adam, packed, runtime offsets")
@@ -74,6 +75,8 @@ part compile_probe_no_autotune 150 60 env XLA_FLAGS="--xla_gpu_autotune_level=0"
   $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_autotune.json"
 part compile_probe_no_triton 150 60 env XLA_FLAGS="--xla_gpu_enable_triton_gemm=false" \
   $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_triton.json"
+part compile_probe_no_fusion_autotuner 150 60 env XLA_FLAGS="--xla_gpu_experimental_enable_fusion_autotuner=false" \
+  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_fusion_autotuner.json"
 # The optimizer-step table: the transformer-like tree (four of its seven configurations took
 # 150 s on an H100), then the workloads of few arrays.
 part run_transformer 300 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
