@@ -9,9 +9,10 @@
 # equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
 # a part that would start with too little of the budget (default 540 s) left is skipped. Every
 # part writes its JSON and log under $OUT as it finishes (benchmarks.run after every row, so
-# a part stopped at its limit keeps the rows it finished). On an H100 the parts up to
-# compile_2000 took about 4 minutes; the many-leaf ones (whole_model_mlp, and benchmarks.run's
-# 2000-leaf tree) compile for minutes on a GPU and come last.
+# a part stopped at its limit keeps the rows it finished). First the open question (why the
+# packed many-leaf step compiles slowly on a GPU); then the parts that took about 4 minutes
+# on an H100 (kernels to compile_2000); the many-leaf ones (whole_model_mlp, and
+# benchmarks.run's 2000-leaf tree) compile for minutes on a GPU and come last.
 set -u
 OUT=${OUT:-benchmarks/results/gpu}
 BUDGET=${1:-540}
@@ -48,6 +49,19 @@ $PY -c 'import jax, optax; print("jax", jax.__version__, "optax", optax.__versio
   >>"$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
+# Why the packed MLP compiled slowly on a GPU (2.36x optax's on an H200): its step taken apart
+# (500 leaves), with default flags, then without autotuning, without Triton's GEMMs, and without
+# the fusion autotuner (which compares code generators).
+PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
+  --only "tree gradient only" --only "packed gradient only"
+  --only "gradtx adam, packed, runtime offsets")
+part compile_probe 150 60 $PY "${PROBE[@]}" --out "$OUT/compile_probe.json"
+part compile_probe_no_autotune 150 60 env XLA_FLAGS="--xla_gpu_autotune_level=0" \
+  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_autotune.json"
+part compile_probe_no_triton 150 60 env XLA_FLAGS="--xla_gpu_enable_triton_gemm=false" \
+  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_triton.json"
+part compile_probe_no_fusion_autotuner 150 60 env XLA_FLAGS="--xla_gpu_experimental_enable_fusion_autotuner=false" \
+  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_fusion_autotuner.json"
 # Where the step's time goes: kernels per step, default flags, then command buffers (CUDA
 # graphs) for every fusion, then none.
 part kernels 90 40 $PY -m benchmarks.kernels $S --out "$OUT/kernels.json"
@@ -64,19 +78,6 @@ part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
   "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
 # Compile time on 2000 leaves, per library (one sample each).
 part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
-# Why the packed MLP compiled slowly on a GPU (2.36x optax's on an H200): its step taken apart
-# (500 leaves), with default flags, then without autotuning, without Triton's GEMMs, and without
-# the fusion autotuner (which compares code generators).
-PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
-  --only "tree gradient only" --only "packed gradient only"
-  --only "gradtx adam, packed, runtime offsets")
-part compile_probe 150 60 $PY "${PROBE[@]}" --out "$OUT/compile_probe.json"
-part compile_probe_no_autotune 150 60 env XLA_FLAGS="--xla_gpu_autotune_level=0" \
-  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_autotune.json"
-part compile_probe_no_triton 150 60 env XLA_FLAGS="--xla_gpu_enable_triton_gemm=false" \
-  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_triton.json"
-part compile_probe_no_fusion_autotuner 150 60 env XLA_FLAGS="--xla_gpu_experimental_enable_fusion_autotuner=false" \
-  $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_fusion_autotuner.json"
 # The optimizer-step table: the transformer-like tree (four of its seven configurations took
 # 150 s on an H100), then the workloads of few arrays.
 part run_transformer 300 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
