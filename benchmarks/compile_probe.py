@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
-from typing import Any
 
 import jax
 
 from benchmarks import models
+from benchmarks.compile_time import lower_and_compile_s
 from benchmarks.results import write_json
-from benchmarks.whole_model import OWN_BUFFER_FROM, _packed_step, variants
-
-LR = 1e-3
+from benchmarks.whole_model import variants
 
 
 def _packed_gradient_step(w: models.Workload) -> Callable:
@@ -50,29 +47,24 @@ def _packed_gradient_step(w: models.Workload) -> Callable:
 
 
 def builders(w: models.Workload) -> dict[str, Callable[[], tuple]]:
-    """name -> `() -> (jitted step, its arguments)`."""
-    import gradtx
+    """name -> `() -> (jitted step, its arguments)`, from `benchmarks.whole_model`'s variants."""
+    whole = variants(w, "adam", 1e-3)
+    packed = whole["gradtx adam, packed params"]  # args: (packed, state, batch, offsets)
 
-    whole = variants(w, "adam", LR)
-
-    def packed() -> Any:
-        params = jax.tree.map(lambda x: x.copy(), w.params)
-        return gradtx.pack(w.to_plain(params), own_buffer_from=OWN_BUFFER_FROM)
-
-    def packed_step(static: bool) -> tuple:
-        tx, p = gradtx.adam(LR), packed()
-        return _packed_step(w, tx), (p, tx.init(p), w.batch, None if static else p.offsets())
+    def static_offsets() -> tuple:
+        step, (p, state, batch, _) = packed()
+        return step, (p, state, batch, None)
 
     def packed_gradient() -> tuple:
-        p = packed()
-        return _packed_gradient_step(w), (p, w.batch, p.offsets())
+        _, (p, _, batch, offsets) = packed()
+        return _packed_gradient_step(w), (p, batch, offsets)
 
     return {
         "optax adam, tree": whole["optax adam"],
         "tree gradient only": whole["model gradient only"],
         "packed gradient only": packed_gradient,
-        "gradtx adam, packed, runtime offsets": lambda: packed_step(static=False),
-        "gradtx adam, packed, static offsets": lambda: packed_step(static=True),
+        "gradtx adam, packed, runtime offsets": packed,
+        "gradtx adam, packed, static offsets": static_offsets,
     }
 
 
@@ -83,16 +75,10 @@ def probe(w: models.Workload, only: list[str] | None = None) -> list[dict]:
     for name, build in builders(w).items():
         if only and name not in only:
             continue
-        jax.clear_caches()
         step, args = build()
-        args = jax.block_until_ready(args)
-        t0 = time.perf_counter()
-        lowered = step.lower(*args)
-        t1 = time.perf_counter()
-        lowered.compile()
-        t2 = time.perf_counter()
-        rows.append({"variant": name, "lower_s": t1 - t0, "compile_s": t2 - t1})
-        print(f"{name:<40}{t1 - t0:>9.2f}{t2 - t1:>11.2f}{t2 - t0:>9.2f}", flush=True)
+        lower_s, compile_s = lower_and_compile_s(step, *jax.block_until_ready(args))
+        rows.append({"variant": name, "lower_s": lower_s, "compile_s": compile_s})
+        print(f"{name:<40}{lower_s:>9.2f}{compile_s:>11.2f}{lower_s + compile_s:>9.2f}", flush=True)
     return rows
 
 
