@@ -3,12 +3,17 @@
     python -m benchmarks.compile_probe                 # the MLP of 250 layers (500 leaves)
     python -m benchmarks.compile_probe --depth 1000    # the whole-model benchmark's size
     python -m benchmarks.compile_probe --smoke         # tiny, to check the script
+    python -m benchmarks.compile_probe --gpu-target benchmarks/gpu_targets/h100.txtpb
+                                                       # for an H100, without one (gpu_target.py)
 
 On an NVIDIA H200 the packed MLP's whole training step (`benchmarks.whole_model`) compiled
-in 2.36x optax's time (134.0 against 56.7 s), while on the CPU it compiles in 0.60x. This
-script takes that step apart. Each variant is one jitted step of the Equinox MLP, traced,
-lowered and compiled from cleared caches, and it reports the trace-and-lower and the XLA
-compile seconds of:
+in 2.36x optax's time (134.0 against 56.7 s), while on the CPU it compiled in 0.60x. This
+script took that step apart; compiled for an H100 on the CPU (`--gpu-target`), it showed
+XLA's GPU multi-output fusion spending most of the time on the leaves' slices of one buffer,
+which `gradtx.pack` now reads through views (`LEAVES_PER_VIEW` in its module).
+
+Each variant is one jitted step of the Equinox MLP, traced, lowered and compiled from
+cleared caches, and the script reports the trace-and-lower and the XLA compile seconds of:
 
 - optax's Adam on the tree, and the model's gradient alone on the tree (the references);
 - the packed model's gradient alone, leaves read at runtime offsets: the unpacking and its
@@ -26,10 +31,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
-from benchmarks import models
+from benchmarks import gpu_target, models
 from benchmarks.compile_time import lower_and_compile_s
 from benchmarks.results import write_json
 from benchmarks.whole_model import variants
@@ -68,15 +74,22 @@ def builders(w: models.Workload) -> dict[str, Callable[[], tuple]]:
     }
 
 
-def probe(w: models.Workload, only: list[str] | None = None) -> list[dict]:
-    """Trace+lower and compile seconds of each variant, caches cleared before each."""
+def probe(w: models.Workload, only: list[str] | None = None, device: Any = None) -> list[dict]:
+    """Trace+lower and compile seconds of each variant, caches cleared before each.
+
+    With `device` (from `gpu_target.compile_only_device`), each compiles for that device.
+    """
     rows = []
     jax.jit(w.loss).lower(w.params, w.batch).compile()  # one-time costs, untimed
     for name, build in builders(w).items():
         if only and name not in only:
             continue
         step, args = build()
-        lower_s, compile_s = lower_and_compile_s(step, *jax.block_until_ready(args))
+        args = jax.block_until_ready(args)
+        if device is not None:
+            args = gpu_target.on_device(device, args)
+        platforms = None if device is None else (gpu_target.lowering_platform(device),)
+        lower_s, compile_s = lower_and_compile_s(step, *args, platforms=platforms)
         rows.append({"variant": name, "lower_s": lower_s, "compile_s": compile_s})
         print(f"{name:<40}{lower_s:>9.2f}{compile_s:>11.2f}{lower_s + compile_s:>9.2f}", flush=True)
     return rows
@@ -88,9 +101,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--depth", type=int, default=250, help="layers (two leaves each)")
     parser.add_argument("--only", action="append", default=None, help="a variant (repeatable)")
     parser.add_argument("--out", default="benchmarks/results/compile_probe.json")
+    parser.add_argument(
+        "--gpu-target", help="compile for this GPU target config, here (see gpu_target.py)"
+    )
     args = parser.parse_args(argv)
     w = models.mlp(args.smoke, depth=args.depth)
-    device = jax.devices()[0]
+    target = gpu_target.compile_only_device(args.gpu_target) if args.gpu_target else None
+    device = target or jax.devices()[0]
     flags = os.environ.get("XLA_FLAGS", "")
     print(f"jax {jax.__version__} on {device.device_kind}; MLP {w.config}; XLA_FLAGS={flags!r}")
     print(f"{'variant':<40}{'lower s':>9}{'compile s':>11}{'total s':>9}")
@@ -99,7 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
         "device": device.device_kind,
         "xla_flags": flags,
         "config": w.config,
-        "rows": probe(w, args.only),
+        "compiled_here_for": args.gpu_target,
+        "rows": probe(w, args.only, target),
     }
     if args.out:
         write_json(args.out, report)

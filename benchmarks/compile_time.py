@@ -37,11 +37,17 @@ def _optimizers() -> dict[str, tuple[Callable[[], Any], Callable]]:
     }
 
 
-def lower_and_compile_s(jitted: Any, *args: Any) -> tuple[float, float]:
-    """Seconds to trace and lower `jitted` on `args`, then to compile it, caches cleared."""
+def lower_and_compile_s(
+    jitted: Any, *args: Any, platforms: tuple[str, ...] | None = None
+) -> tuple[float, float]:
+    """Seconds to trace and lower `jitted` on `args`, then to compile it, caches cleared.
+
+    `platforms` names the platform to lower for where it is not the default backend's
+    (`("cuda",)` with the abstract args of `benchmarks.gpu_target.on_device`).
+    """
     jax.clear_caches()
     t0 = time.perf_counter()
-    lowered = jitted.lower(*args)
+    lowered = jitted.trace(*args).lower(lowering_platforms=platforms)
     t1 = time.perf_counter()
     lowered.compile()
     return t1 - t0, time.perf_counter() - t1

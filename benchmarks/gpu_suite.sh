@@ -9,10 +9,10 @@
 # equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
 # a part that would start with too little of the budget (default 540 s) left is skipped. Every
 # part writes its JSON and log under $OUT as it finishes (benchmarks.run after every row, so
-# a part stopped at its limit keeps the rows it finished). First the open question (why the
-# packed many-leaf step compiles slowly on a GPU); then the parts that took about 4 minutes
-# on an H100 (kernels to compile_2000); the many-leaf ones (whole_model_mlp, and
-# benchmarks.run's 2000-leaf tree) compile for minutes on a GPU and come last.
+# a part stopped at its limit keeps the rows it finished). First the packed many-leaf step's
+# compile (slow on a GPU before its leaves were read through views); then the parts that took
+# about 4 minutes on an H100 (kernels to compile_2000); the many-leaf ones (whole_model_mlp,
+# and benchmarks.run's 2000-leaf tree) compile for minutes on a GPU and come last.
 set -u
 OUT=${OUT:-benchmarks/results/gpu}
 BUDGET=${1:-540}
@@ -49,9 +49,10 @@ $PY -c 'import jax, optax; print("jax", jax.__version__, "optax", optax.__versio
   >>"$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
-# Why the packed MLP compiled slowly on a GPU (2.36x optax's on an H200): its step taken apart
-# (500 leaves), with default flags, then without autotuning, without Triton's GEMMs, and without
-# the fusion autotuner (which compares code generators).
+# The packed MLP compiled slowly on a GPU (2.36x optax's on an H200); compiled for an H100 on a
+# CPU, XLA's multi-output fusion over the leaves' slices was the cause, fixed by reading them
+# through views. Its step taken apart (500 leaves) confirms that on the GPU, with default flags,
+# then without autotuning, without Triton's GEMMs, and without the fusion autotuner.
 PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
   --only "tree gradient only" --only "packed gradient only"
   --only "gradtx adam, packed, runtime offsets")

@@ -225,6 +225,49 @@ def test_compile_probe_smoke_run(tmp_path):
         assert row["lower_s"] > 0 and row["compile_s"] > 0, row["variant"]
 
 
+def test_compile_probe_compiles_abstract_arguments_for_the_device_it_is_given():
+    # The path `--gpu-target` takes (abstract arguments placed on a compile-only device),
+    # here with the CPU device, which every machine has.
+    code = (
+        "import json, jax\n"
+        "from benchmarks import compile_probe, models\n"
+        "rows = compile_probe.probe(models.mlp(True), ['packed gradient only'], jax.devices()[0])\n"
+        "print(json.dumps(rows))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout.splitlines()[-1])
+    assert row["variant"] == "packed gradient only"
+    assert row["lower_s"] > 0 and row["compile_s"] > 0
+
+
+def test_compile_probe_for_a_gpu_target_compiles_for_it_or_says_what_it_needs(tmp_path):
+    out = tmp_path / "probe.json"
+    target = "benchmarks/gpu_targets/h100.txtpb"
+    args = ["--smoke", "--only", "packed gradient only", "--gpu-target", target]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compile_probe", *args, "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode == 0:  # jax's CUDA plugin is installed: compiled for the H100
+        report = json.loads(out.read_text())
+        assert report["device"] == "NVIDIA H100 80GB HBM3", report["device"]
+        assert report["compiled_here_for"] == target
+    else:
+        assert "needs jax's CUDA plugin" in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def drawn_chart(tmp_path_factory):
     """The performance page's chart, drawn by `python -m benchmarks.chart` from the committed

@@ -35,7 +35,14 @@ from gradtx._layouts.complex import (
     reject_complex_packed,
     to_real,
 )
-from gradtx._layouts.packed import LARGE_LEAF, Packed, check_same_layout, join_leaves, slice_leaf
+from gradtx._layouts.packed import (
+    LARGE_LEAF,
+    Packed,
+    check_same_layout,
+    join_leaves,
+    reading_views,
+    slice_leaf,
+)
 from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
@@ -533,16 +540,21 @@ def _update_by_leaf(
     """Per-leaf math on each leaf of one buffer, the updates in `dtype` concatenated back."""
     pieces: list = []
     slot_pieces: dict[str, list] = {name: [] for name in slots_g}
-    for spec in layout.by_group[group]:
+    specs = layout.by_group[group]
 
-        def cut(x: Any, spec: Any = spec) -> Any:
-            return x if np.ndim(x) == 0 else slice_leaf(x, spec)
+    def leaves_of(x: Any) -> list:
+        if x is None or np.ndim(x) == 0:
+            return [x] * len(specs)
+        return [slice_leaf(v, spec) for v, spec in zip(reading_views(x, len(specs)), specs)]
 
-        g_leaf = cut(grad)
-        old = {name: cut(value) for name, value in slots_g.items()}
+    grads, params = leaves_of(grad), leaves_of(param_g)
+    slots = {name: leaves_of(value) for name, value in slots_g.items()}
+    for i, spec in enumerate(specs):
+        g_leaf = grads[i]
+        old = {name: leaves[i] for name, leaves in slots.items()}
         selected = mask is True or (spec.size > 0 and bool(mask[spec.offset]))
         if selected:
-            u, changed = leaf_update(g_leaf, old, None if param_g is None else cut(param_g))
+            u, changed = leaf_update(g_leaf, old, params[i])
         else:
             u, changed = g_leaf, {}
         pieces.append(cast(u, dtype))
