@@ -16,31 +16,28 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run_json(module: str, args: list[str], out: Path) -> list[dict]:
-    """Run `python -m module *args --out out` from the repository root; the rows it wrote."""
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args, "--out", str(out)],
+def _run_python(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    """Run `python *args` from the repository root on the CPU, with `env` added."""
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _run_json(module: str, args: list[str], out: Path) -> list[dict]:
+    """Run `python -m module *args --out out` from the repository root; the rows it wrote."""
+    proc = _run_python(["-m", module, *args, "--out", str(out)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
 
 
 def test_benchmark_smoke_run(tmp_path):
     out = tmp_path / "smoke.json"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run_python(["-m", "benchmarks.run", "--smoke", "--out", str(out)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "streaming bandwidth" in proc.stdout
     report = json.loads(out.read_text())
@@ -234,14 +231,7 @@ def test_compile_probe_compiles_abstract_arguments_for_the_device_it_is_given():
         "rows = compile_probe.probe(models.mlp(True), ['packed gradient only'], jax.devices()[0])\n"
         "print(json.dumps(rows))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run_python(["-c", code])
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(proc.stdout.splitlines()[-1])
     assert row["variant"] == "packed gradient only"
@@ -252,13 +242,9 @@ def test_compile_probe_for_a_gpu_target_compiles_for_it_or_says_what_it_needs(tm
     out = tmp_path / "probe.json"
     target = "benchmarks/gpu_targets/h100.txtpb"
     args = ["--smoke", "--only", "packed gradient only", "--gpu-target", target]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compile_probe", *args, "--out", str(out)],
-        cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = _run_python(
+        ["-m", "benchmarks.compile_probe", *args, "--out", str(out)],
+        JAX_SKIP_CUDA_CONSTRAINTS_CHECK="1",
     )
     if proc.returncode == 0:  # jax's CUDA plugin is installed: compiled for the H100
         report = json.loads(out.read_text())
