@@ -22,8 +22,10 @@ cleared caches, and the script reports the trace-and-lower and the XLA compile s
   offsets static (`unpack()` with none): the whole step.
 
 Run under different `XLA_FLAGS` (`benchmarks/gpu_suite.sh` turns off autotuning, Triton's
-matrix products, and the fusion autotuner, one at a time), the rows say which part, and which
-compiler stage, takes the time.
+matrix products, and the fusion autotuner, one at a time, when `PARTS` names
+`compile_probe_no_autotune`, `compile_probe_no_triton` or
+`compile_probe_no_fusion_autotuner`), the rows say which part, and which compiler stage,
+takes the time.
 """
 
 from __future__ import annotations
