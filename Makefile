@@ -72,8 +72,9 @@ define notebook_cmds
 	@echo "no notebooks/*.ipynb found; skipping notebook tests"
 endef
 else
+# Two at a time, as the tests: each notebook runs in a kernel of its own.
 define notebook_cmds
-	$(BIN)/pytest -p no:cacheprovider --nbmake $(NOTEBOOKS)
+	$(BIN)/pytest -p no:cacheprovider -n 2 --nbmake $(NOTEBOOKS)
 endef
 endif
 

@@ -52,7 +52,9 @@ def measure_bandwidth(mib: int = 256, reps: int = 5, rounds: int = 3) -> float:
     return 2 * n * 4 / min(times)
 
 
-def _step_fn(tx: Any, apply: Any) -> Any:
+def step_fn(tx: Any, apply: Any) -> Any:
+    """The step every configuration is timed with: `(params, state, grads) -> (params, state)`."""
+
     def step(params, state, grads):
         updates, state = tx.update(grads, state, params)
         return apply(params, updates), state
@@ -111,7 +113,7 @@ class Contender:
         """Compile the step afresh (a new function; cleared caches if `fresh`) and time it."""
         if self.fresh:
             jax.clear_caches()
-        step = _step_fn(self.tx, self.apply)
+        step = step_fn(self.tx, self.apply)
         t0 = time.perf_counter()
         self.compiled = jax.jit(step).lower(self.params, self.state, self.grads).compile()
         self.compile_times.append(time.perf_counter() - t0)
@@ -125,7 +127,7 @@ class Contender:
         self.peak = None
         if memory is not None:
             self.peak = memory.temp_size_in_bytes + memory.output_size_in_bytes
-        step = _step_fn(self.tx, self.apply)
+        step = step_fn(self.tx, self.apply)
         donated = jax.jit(step, donate_argnums=(0, 1))
         self.kinds: dict[str, tuple[Any, tuple]] = {
             "step_ms": (self.compiled, (self.params, self.state)),

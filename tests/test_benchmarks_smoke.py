@@ -209,6 +209,34 @@ def test_kernel_count_smoke_run(tmp_path):
     assert packed["hlo_kernels"] < tree["hlo_kernels"] / 3
 
 
+def test_program_size_smoke_run(tmp_path):
+    """The program counts keep running: both libraries' steps, compiled and never run, with
+    the same arrays passed where both keep the same state (Adam: params, moments, a count)."""
+    args = ["--smoke", "--config", "adam", "--config", "lion"]
+    report = _run_json("benchmarks.program_size", args, tmp_path / "program_size.json")
+    rows = {(r["workload"], r["config"]): r for r in report["rows"]}
+    assert set(rows) == {
+        ("transformer-like (1 blocks)", "adam"),
+        ("transformer-like (1 blocks)", "lion"),
+        ("20 small leaves, packed", "adam"),
+        ("20 small leaves, packed", "lion"),
+    }
+    for key, row in rows.items():
+        for lib in ("gradtx", "optax"):
+            counts = row[lib]
+            assert 0 <= counts["copies"] <= counts["kernels"], (key, lib, counts)
+            # In: params, state and gradients; out: params and state.
+            assert counts["arrays_out"] < counts["arrays_in"], (key, lib, counts)
+        if key[1] == "adam":
+            assert row["gradtx"]["arrays_in"] == row["optax"]["arrays_in"], key
+            assert row["gradtx"]["arrays_out"] == row["optax"]["arrays_out"], key
+    tree, packed = (
+        rows[("transformer-like (1 blocks)", "adam")],
+        rows[("20 small leaves, packed", "adam")],
+    )
+    assert packed["gradtx"]["kernels"] < tree["gradtx"]["kernels"] / 3
+
+
 def test_compile_probe_smoke_run(tmp_path):
     report = _run_json("benchmarks.compile_probe", ["--smoke"], tmp_path / "probe.json")
     assert [r["variant"] for r in report["rows"]] == [

@@ -55,6 +55,21 @@ specs = {
 entries = registry.PER_NAME[PART::PARTS]  # this child's share: one entry per public name
 
 
+def make_step(tx):
+    def step(p, s):
+        updates, s = tx.update(jax.tree.map(jnp.cos, p), s, p)
+        return gradtx.apply_updates(p, updates), s
+
+    return step
+
+
+# The params of each entry's unsharded step: what every sharded step below must give.
+expected_by_id = {}
+for entry in entries:
+    tx = entry.make(entry.scalar)
+    expected_by_id[entry.id] = jax.jit(make_step(tx))(plain, tx.init(plain))[0]
+
+
 # Each entry's state where promised, after `init` and a jitted step, with and without ZeRO-1,
 # and the params of the unsharded step. Under automatic axes `jit` is given the shardings;
 # under explicit ones the arrays carry them, `jit` is told none, and each parameter must keep
@@ -63,12 +78,7 @@ def check_entries(params, explicit):
     layouts = [spec_of(x) for x in jax.tree.leaves(params)]
     for entry in entries:
         tx = entry.make(entry.scalar)
-
-        def step(p, s, tx=tx):
-            updates, s = tx.update(jax.tree.map(jnp.cos, p), s, p)
-            return gradtx.apply_updates(p, updates), s
-
-        expected, _ = jax.jit(step)(plain, tx.init(plain))
+        step, expected = make_step(tx), expected_by_id[entry.id]
         for over in (None, "data"):
             where = f"{entry.id}, explicit={explicit}, shard_over={over}"
             promised = gradtx.state_shardings(tx, params, shard_over=over)
