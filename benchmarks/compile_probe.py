@@ -87,10 +87,7 @@ def probe(w: models.Workload, only: list[str] | None = None, device: Any = None)
         if only and name not in only:
             continue
         step, args = build()
-        args = jax.block_until_ready(args)
-        if device is not None:
-            args = gpu_target.on_device(device, args)
-        platforms = None if device is None else (gpu_target.lowering_platform(device),)
+        args, platforms = gpu_target.for_device(device, jax.block_until_ready(args))
         lower_s, compile_s = lower_and_compile_s(step, *args, platforms=platforms)
         rows.append({"variant": name, "lower_s": lower_s, "compile_s": compile_s})
         print(f"{name:<40}{lower_s:>9.2f}{compile_s:>11.2f}{lower_s + compile_s:>9.2f}", flush=True)
@@ -108,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     w = models.mlp(args.smoke, depth=args.depth)
-    target = gpu_target.compile_only_device(args.gpu_target) if args.gpu_target else None
+    target = gpu_target.compile_only_device(args.gpu_target)
     device = target or jax.devices()[0]
     flags = os.environ.get("XLA_FLAGS", "")
     print(f"jax {jax.__version__} on {device.device_kind}; MLP {w.config}; XLA_FLAGS={flags!r}")

@@ -43,7 +43,7 @@ def lower_and_compile_s(
     """Seconds to trace and lower `jitted` on `args`, then to compile it, caches cleared.
 
     `platforms` names the platform to lower for where it is not the default backend's
-    (`("cuda",)` with the abstract args of `benchmarks.gpu_target.on_device`).
+    (as `benchmarks.gpu_target.for_device` gives them with its abstract args).
     """
     jax.clear_caches()
     t0 = time.perf_counter()

@@ -23,8 +23,11 @@ from typing import Any
 import jax
 
 
-def compile_only_device(target_config: str | Path) -> Any:
-    """A device to compile for, described by a `GpuTargetConfigProto` text file."""
+def compile_only_device(target_config: str | Path | None) -> Any:
+    """A device to compile for, described by a `GpuTargetConfigProto` text file; `None`
+    (this machine's devices) without one."""
+    if not target_config:
+        return None
     from jax.experimental import topologies
 
     text = Path(target_config).read_text()
@@ -37,8 +40,15 @@ def compile_only_device(target_config: str | Path) -> Any:
     return topology.devices[0]
 
 
-def on_device(device: Any, args: Any) -> Any:
-    """`args` as abstract values placed on `device` (arrays become `ShapeDtypeStruct`s)."""
+def for_device(device: Any, args: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """`args`, and the platforms to lower them for, to compile for `device`.
+
+    With `device` from `compile_only_device`, arrays become `ShapeDtypeStruct`s placed on it
+    and the platform is its own (JAX calls an NVIDIA GPU "cuda"); with `None`, `args` are
+    unchanged and JAX lowers for its default backend.
+    """
+    if device is None:
+        return args, None
     sharding = jax.sharding.SingleDeviceSharding(device)
 
     def place(x: Any) -> Any:
@@ -46,9 +56,5 @@ def on_device(device: Any, args: Any) -> Any:
             return x
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
-    return jax.tree.map(place, args)
-
-
-def lowering_platform(device: Any) -> str:
-    """The platform to lower for, to compile for `device` (JAX calls an NVIDIA GPU "cuda")."""
-    return "cuda" if device.platform == "gpu" else device.platform
+    platform = "cuda" if device.platform == "gpu" else device.platform
+    return jax.tree.map(place, args), (platform,)

@@ -44,10 +44,7 @@ def count(lib: str, tx: Any, workload: W.Workload, device: Any = None) -> dict:
     apply = gradtx.apply_updates if lib == "gradtx" else optax.apply_updates
     params = jax.eval_shape(workload.params)
     state = jax.eval_shape(tx.init, params)
-    args = (params, state, params)
-    if device is not None:
-        args = gpu_target.on_device(device, args)
-    platforms = None if device is None else (gpu_target.lowering_platform(device),)
+    args, platforms = gpu_target.for_device(device, (params, state, params))
     jitted = jax.jit(step_fn(tx, apply), donate_argnums=(0, 1))
     traced = jitted.trace(*args)
     kernels = entry_kernels(traced.lower(lowering_platforms=platforms).compile().as_text())
@@ -97,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         workloads = [W.transformer_like(1, 32, 64), W.many_leaves_packed(20)]
     else:
         workloads = [W.transformer_like(), W.many_leaves_packed()]
-    target = gpu_target.compile_only_device(args.gpu_target) if args.gpu_target else None
+    target = gpu_target.compile_only_device(args.gpu_target)
     device = target or jax.devices()[0]
     print(f"jax {jax.__version__}, compiled for {device.device_kind}")
     report = {
