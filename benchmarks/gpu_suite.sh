@@ -9,10 +9,9 @@
 # equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
 # a part that would start with too little of the budget (default 540 s) left is skipped. Every
 # part writes its JSON and log under $OUT as it finishes (benchmarks.run after every row, so
-# a part stopped at its limit keeps the rows it finished). First what the H100 has not yet
-# run: the packed many-leaf step's compile (slow on a GPU before its leaves were read through
-# views), the MLP whole model, the harness's spread on a host-bound step, and the optimizer
-# rows of few arrays; then a second sample of the parts the H100 ran once.
+# a part stopped at its limit keeps the rows it finished). First what the H200's run left
+# open (the packed rows, the spread of the rows that timed slower, the NaN payload, the
+# GPT, the bf16 rows, the 2000-leaf compile); then second samples.
 set -u
 OUT=${OUT:-benchmarks/results/gpu}
 BUDGET=${1:-540}
@@ -52,11 +51,29 @@ $PY -c 'import jax, optax; print("jax", jax.__version__, "optax", optax.__versio
   >>"$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
-# The packed MLP compiled slowly on a GPU (2.36x optax's on an H200); compiled for an H100 on a
-# CPU, XLA's multi-output fusion over the leaves' slices was the cause, fixed by reading them
-# through views. Its step taken apart (500 leaves) confirms that on the GPU. The runs without
-# autotuning, Triton's GEMMs or the fusion autotuner, which looked for the cause on the GPU,
-# run only when PARTS names them.
+# What the H200 has not yet settled, first. Its packed clipped chain stepped in 1.38x
+# optax's time and its one-big-leaf rows in 1.18-1.19x (Adam's from the same kernels as
+# optax's): the packed rows again, after the statistics' pytree nodes got cheaper, and the
+# harness against itself on both, the spread those ratios are to be read against.
+part run_packed 150 60 $PY -m benchmarks.run --only packed --no-training $S --out "$OUT/run_packed.json"
+part spread_packed_clip 90 40 $PY -m benchmarks.spread --only packed \
+  --config "clip+adamw(cosine, mask)" ${SMOKE:+--reps 1 --rounds 2}
+part spread_big_leaf 90 40 $PY -m benchmarks.spread --only big --config adam ${SMOKE:+--reps 1 --rounds 2}
+# The NaN-payload promise on this device.
+part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
+  "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
+# Whole training steps: the GPT-style model (Flax NNX), whose packed row predates views.
+part whole_model_gpt 120 60 $PY -m benchmarks.whole_model --only gpt $S --out "$OUT/whole_model_gpt.json"
+# The bf16 rows (the H200's last run stopped after three), compile time on 2000 leaves per
+# library (one sample each), then the sharded-training example (the single layout).
+part run_bf16 150 60 $PY -m benchmarks.run --only bf16 --no-training $S --out "$OUT/run_bf16.json"
+part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
+part train_sharded 60 30 $PY examples/train_sharded.py --layout single ${SMOKE:+--steps 3}
+# Second samples of what both GPUs ran. The packed MLP's compile, slow on a GPU before its
+# leaves were read through views (2.36x optax's on an H200, 0.50x after): its step taken
+# apart (500 leaves), then the whole model (optax's compile of it alone took 69-73 s). The
+# runs without autotuning, Triton's GEMMs or the fusion autotuner, which looked for the
+# cause on the GPU, run only when PARTS names them.
 PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
   --only "tree gradient only" --only "packed gradient only"
   --only "gradtx adam, packed, runtime offsets")
@@ -70,32 +87,18 @@ requested compile_probe_no_triton && part compile_probe_no_triton 150 60 \
 requested compile_probe_no_fusion_autotuner && part compile_probe_no_fusion_autotuner 150 60 \
   env XLA_FLAGS="--xla_gpu_experimental_enable_fusion_autotuner=false" \
   $PY "${PROBE[@]}" --out "$OUT/compile_probe_no_fusion_autotuner.json"
-# The many-leaf whole model (optax's compile of it alone took 73 s on an H100).
 part whole_model_mlp 420 120 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
-# The harness against itself on the tree's clipped chain, a host-bound step (1.05x optax's in
-# the H100's one run): the spread that ratio is to be read against.
+# The harness against itself on the tree's clipped chain, a host-bound step (1.06x for optax
+# against itself, 1.00x for gradtx, on the H200).
 part spread_clip 90 40 $PY -m benchmarks.spread --only transformer \
   --config "clip+adamw(cosine, mask)" ${SMOKE:+--reps 1 --rounds 2}
-# The optimizer-step rows of few arrays, then the transformer-like tree (four of its seven
-# configurations took 150 s on an H100).
-part run_packed 150 60 $PY -m benchmarks.run --only packed --no-training $S --out "$OUT/run_packed.json"
 part run_big_leaf 150 60 $PY -m benchmarks.run --only "one big leaf" --no-training $S --out "$OUT/run_big_leaf.json"
-part run_bf16 150 60 $PY -m benchmarks.run --only bf16 --no-training $S --out "$OUT/run_bf16.json"
 part run_transformer 300 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
-# Second samples. Where the step's time goes: kernels per step, default flags, then command
-# buffers (CUDA graphs) for every fusion, then none.
+# Where the step's time goes: kernels per step, default flags, then command buffers (CUDA
+# graphs) for every fusion, then none.
 part kernels 90 40 $PY -m benchmarks.kernels $S --out "$OUT/kernels.json"
 part kernels_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1" \
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_graphs.json"
 part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_no_graphs.json"
-# Whole training steps: the GPT-style model (Flax NNX).
-part whole_model_gpt 120 60 $PY -m benchmarks.whole_model --only gpt $S --out "$OUT/whole_model_gpt.json"
-# The NaN-payload promise on this device.
-part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
-  "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
-# The sharded-training example on this device (one accelerator: the single layout).
-part train_sharded 60 30 $PY examples/train_sharded.py --layout single ${SMOKE:+--steps 3}
-# Compile time on 2000 leaves, per library (one sample each).
-part compile_2000 150 60 $PY -m benchmarks.compile_time --leaves ${LEAVES:-2000} --repeat 1 --out "$OUT/compile_time.json"
 echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"
