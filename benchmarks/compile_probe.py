@@ -105,19 +105,12 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     w = models.mlp(args.smoke, depth=args.depth)
-    target = gpu_target.compile_only_device(args.gpu_target)
-    device = target or jax.devices()[0]
+    target, head = gpu_target.report_head(args.gpu_target)
     flags = os.environ.get("XLA_FLAGS", "")
-    print(f"jax {jax.__version__} on {device.device_kind}; MLP {w.config}; XLA_FLAGS={flags!r}")
+    print(f"jax {head['jax']} on {head['device']}; MLP {w.config}; XLA_FLAGS={flags!r}")
     print(f"{'variant':<40}{'lower s':>9}{'compile s':>11}{'total s':>9}")
-    report = {
-        "jax": jax.__version__,
-        "device": device.device_kind,
-        "xla_flags": flags,
-        "config": w.config,
-        "compiled_here_for": args.gpu_target,
-        "rows": probe(w, args.only, target),
-    }
+    report = {**head, "xla_flags": flags, "config": w.config}
+    report["rows"] = probe(w, args.only, target)
     if args.out:
         write_json(args.out, report)
     return report

@@ -58,3 +58,16 @@ def for_device(device: Any, args: Any) -> tuple[Any, tuple[str, ...] | None]:
 
     platform = "cuda" if device.platform == "gpu" else device.platform
     return jax.tree.map(place, args), (platform,)
+
+
+def report_head(target_config: str | Path | None) -> tuple[Any, dict]:
+    """The device to compile for (`None`: this machine's) and the fields every report of a
+    compile starts with: the JAX version, the device compiled for, and the target config."""
+    target = compile_only_device(target_config)
+    device = target or jax.devices()[0]
+    head = {
+        "jax": jax.__version__,
+        "device": device.device_kind,
+        "compiled_here_for": target_config,
+    }
+    return target, head

@@ -94,15 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
         workloads = [W.transformer_like(1, 32, 64), W.many_leaves_packed(20)]
     else:
         workloads = [W.transformer_like(), W.many_leaves_packed()]
-    target = gpu_target.compile_only_device(args.gpu_target)
-    device = target or jax.devices()[0]
-    print(f"jax {jax.__version__}, compiled for {device.device_kind}")
-    report = {
-        "jax": jax.__version__,
-        "device": device.device_kind,
-        "compiled_here_for": args.gpu_target,
-        "rows": run(workloads, args.config, target),
-    }
+    target, head = gpu_target.report_head(args.gpu_target)
+    print(f"jax {head['jax']}, compiled for {head['device']}")
+    report = {**head, "rows": run(workloads, args.config, target)}
     if args.out:
         write_json(args.out, report)
     return report
