@@ -73,23 +73,32 @@ for entry in entries:
 # Each entry's state where promised, after `init` and a jitted step, with and without ZeRO-1,
 # and the params of the unsharded step. Under automatic axes `jit` is given the shardings;
 # under explicit ones the arrays carry them, `jit` is told none, and each parameter must keep
-# its layout (its update comes out in it).
+# its layout (its update comes out in it). Both promises (whole and ZeRO-1) are made by one
+# `init` program and stepped by one step program, each output with its own shardings: half
+# the compilations of a program per promise, which is most of this check's time.
+OVERS = (None, "data")
+
+
 def check_entries(params, explicit):
     layouts = [spec_of(x) for x in jax.tree.leaves(params)]
     for entry in entries:
         tx = entry.make(entry.scalar)
         step, expected = make_step(tx), expected_by_id[entry.id]
-        for over in (None, "data"):
+        promised = tuple(gradtx.state_shardings(tx, params, shard_over=o) for o in OVERS)
+        states = jax.jit(lambda p: (tx.init(p),) * len(OVERS), out_shardings=promised)(params)
+        for state, promise, over in zip(states, promised, OVERS):
+            assert_promised(state, promise, f"{entry.id}, explicit={explicit}, {over=}, init")
+
+        def steps(p, states):
+            return tuple(step(p, s) for s in states)
+
+        shardings = tuple((shardings_of(params), promise) for promise in promised)
+        run = jax.jit(steps) if explicit else jax.jit(
+            steps, in_shardings=(shardings_of(params), promised), out_shardings=shardings
+        )
+        for (new_params, new_state), promise, over in zip(run(params, states), promised, OVERS):
             where = f"{entry.id}, explicit={explicit}, shard_over={over}"
-            promised = gradtx.state_shardings(tx, params, shard_over=over)
-            state = jax.jit(tx.init, out_shardings=promised)(params)
-            assert_promised(state, promised, where + ", init")
-            shardings = (shardings_of(params), promised)
-            run = jax.jit(step) if explicit else jax.jit(
-                step, in_shardings=shardings, out_shardings=shardings
-            )
-            new_params, new_state = run(params, state)
-            assert_promised(new_state, promised, where + ", update")
+            assert_promised(new_state, promise, where + ", update")
             assert [spec_of(x) for x in jax.tree.leaves(new_params)] == layouts, where
             for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
                 # Sharded matrix products (muon's Newton-Schulz steps) sum in another order.
