@@ -447,8 +447,9 @@ def _copy(tree: Any) -> Any:
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("entry", NAMES)
 def test_update_leaves_its_inputs_unchanged(entry, jit):
-    """Gradients, state and params are the same after `update`, so a norm taken afterwards is
-    the gradient's real norm (an optimizer that overwrote its gradients in place broke that)."""
+    """Gradients, state and params are the same after `update` (jitted: after the whole step),
+    so a norm taken afterwards is the gradient's real norm (an optimizer that overwrote its
+    gradients in place broke that)."""
     tx = entry.make(entry.scalar)
     grads = GRADS[0]
     _, state = tx.update(GRADS[1], tx.init(PARAMS), PARAMS)  # a state with non-zero slots

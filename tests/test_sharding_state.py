@@ -84,10 +84,11 @@ def check_entries(params, explicit):
     for entry in entries:
         tx = entry.make(entry.scalar)
         step, expected = make_step(tx), expected_by_id[entry.id]
+        wheres = [f"{entry.id}, explicit={explicit}, shard_over={over}" for over in OVERS]
         promised = tuple(gradtx.state_shardings(tx, params, shard_over=o) for o in OVERS)
         states = jax.jit(lambda p: (tx.init(p),) * len(OVERS), out_shardings=promised)(params)
-        for state, promise, over in zip(states, promised, OVERS):
-            assert_promised(state, promise, f"{entry.id}, explicit={explicit}, {over=}, init")
+        for state, promise, where in zip(states, promised, wheres):
+            assert_promised(state, promise, where + ", init")
 
         def steps(p, states):
             return tuple(step(p, s) for s in states)
@@ -96,8 +97,7 @@ def check_entries(params, explicit):
         run = jax.jit(steps) if explicit else jax.jit(
             steps, in_shardings=(shardings_of(params), promised), out_shardings=shardings
         )
-        for (new_params, new_state), promise, over in zip(run(params, states), promised, OVERS):
-            where = f"{entry.id}, explicit={explicit}, shard_over={over}"
+        for (new_params, new_state), promise, where in zip(run(params, states), promised, wheres):
             assert_promised(new_state, promise, where + ", update")
             assert [spec_of(x) for x in jax.tree.leaves(new_params)] == layouts, where
             for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
