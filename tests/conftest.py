@@ -1,5 +1,6 @@
-"""Strict settings for every test (dtype and rank promotion must be explicit), one compilation
-cache shared by the run's processes, and a bound on the compiled programs one process holds."""
+"""Strict settings for every test (dtype and rank promotion must be explicit), faster-compiling
+XLA settings (tests/xla_settings.py), one compilation cache shared by the run's processes, and
+a bound on the compiled programs one process holds."""
 
 import os
 import shutil
@@ -7,6 +8,7 @@ import tempfile
 
 import jax
 import pytest
+from xla_settings import use_fast_compile_flags
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -25,8 +27,14 @@ _CACHE_DIR_ENV = "GRADTX_TEST_COMPILATION_CACHE"
 _owns_cache_dir = False
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    fast = use_fast_compile_flags()
+    return f"XLA CPU code generation: {'fast-compile flags' if fast else 'XLA defaults'}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _owns_cache_dir
+    use_fast_compile_flags()  # before any test starts XLA (see tests/xla_settings.py)
     if _CACHE_DIR_ENV not in os.environ:
         os.environ[_CACHE_DIR_ENV] = tempfile.mkdtemp(prefix="gradtx-tests-xla-")
         _owns_cache_dir = True

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xla_settings import with_xla_defaults
 
 # Slow (a subprocess, or a whole run): left out of `make quick` (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
@@ -17,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run_python(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    """Run `python *args` from the repository root on the CPU, with `env` added."""
+    """Run `python *args` from the repository root on the CPU with XLA's default settings (as
+    a user's benchmark), with `env` added."""
     return subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+        env={**with_xla_defaults(dict(os.environ)), "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
         timeout=300,
