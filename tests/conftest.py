@@ -8,7 +8,7 @@ import tempfile
 
 import jax
 import pytest
-from xla_settings import use_fast_compile_flags
+from xla_settings import fast_compile_flags_set, use_fast_compile_flags
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -28,7 +28,7 @@ _owns_cache_dir = False
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    fast = use_fast_compile_flags()
+    fast = fast_compile_flags_set()
     return f"XLA CPU code generation: {'fast-compile flags' if fast else 'XLA defaults'}"
 
 

@@ -30,18 +30,23 @@ def _joined(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
+def fast_compile_flags_set() -> bool:
+    """True if this process's `XLA_FLAGS` carry `FAST_COMPILE_FLAGS`."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    return all(f in flags for f in FAST_COMPILE_FLAGS)
+
+
 def use_fast_compile_flags() -> bool:
     """Add `FAST_COMPILE_FLAGS` to this process's `XLA_FLAGS`, before XLA starts; True if set.
 
     XLA aborts on a flag it does not know, so a child process tries them first (a later
     jaxlib may drop one); without them the suite runs with XLA's defaults.
     """
-    flags = os.environ.get("XLA_FLAGS", "")
     if os.environ.get(DEFAULTS_ENV):
         return False
-    if all(f in flags for f in FAST_COMPILE_FLAGS):
+    if fast_compile_flags_set():
         return True  # set by the first process of the run (workers inherit it)
-    wanted = _joined(flags, *FAST_COMPILE_FLAGS)
+    wanted = _joined(os.environ.get("XLA_FLAGS", ""), *FAST_COMPILE_FLAGS)
     probe = subprocess.run(
         [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0).block_until_ready()"],
         env={**os.environ, "XLA_FLAGS": wanted},
