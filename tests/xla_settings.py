@@ -53,6 +53,7 @@ def use_fast_compile_flags() -> bool:
         capture_output=True,
     )
     if probe.returncode != 0:
+        os.environ[DEFAULTS_ENV] = "1"  # the workers need not try again
         return False
     os.environ["XLA_FLAGS"] = wanted
     return True
