@@ -36,10 +36,15 @@ export NO_MKDOCS_2_WARNING := 1
 
 # --- environment -------------------------------------------------------------------------------
 
+# The dependencies are installed by uv, which downloads and unpacks in parallel (a fresh install
+# takes a quarter of pip's time); where uv cannot be installed or cannot reach the index, pip does
+# the same install.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip setuptools
-	$(BIN)/python -m pip install '.[$(EXTRAS)]'
+	if $(BIN)/python -m pip install --quiet uv \
+	    && $(BIN)/uv pip install --python $(BIN)/python '.[$(EXTRAS)]'; then :; \
+	else $(BIN)/python -m pip install '.[$(EXTRAS)]'; fi
 	touch $@
 
 venv: $(STAMP)
