@@ -377,8 +377,8 @@ def test_no_recompilation_on_second_step(entry):
 def test_new_scalar_does_not_recompile(entry):
     """A transformation built with a new scalar, passed as the argument of a jitted step,
     reuses the compiled step (the scalar is a leaf, not part of the cache key), and the step
-    gives the eager results. A constructor that takes a traced scalar (called inside the
-    step) is checked by `test_vmap_over_stacked_scalar`."""
+    gives the eager results. A constructor given a traced scalar is checked by
+    `test_vmap_over_stacked_scalar`, which builds the transformations from a batched one."""
     a, b = entry.sweep[0], entry.sweep[2]
     _, state, _ = run_eager(entry.make(entry.scalar), PARAMS, GRADS[:2])
     passed, passed_traces = shared_step(entry)
