@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 from xla_settings import with_xla_defaults
 
@@ -120,6 +121,22 @@ def test_spread_times_one_library_against_itself(monkeypatch):
     got = spread.measure(workloads.many_leaves_packed(8), "sgd momentum", "gradtx", 1, 2)
     assert got["first_ms"] > 0 and got["second_ms"] > 0
     assert got["ratio"] == got["second_ms"] / got["first_ms"]
+
+
+def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
+    """The host-bound step: each library's time per step, their ratio, and the spread of each
+    library's two copies; the clipped chain returns its three statistics besides."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import configs, host_overhead, workloads
+
+    (config,) = [c for c in configs.configs() if c.name == "clip+adamw(cosine, mask)"]
+    with jax.numpy_dtype_promotion("standard"):  # optax's schedule mixes Python floats in
+        row = host_overhead.measure(config, workloads.many_leaves_packed(2), calls=3, rounds=2)
+    assert row["gradtx_us"] > 0 and row["optax_us"] > 0
+    assert row["ratio"] == row["gradtx_us"] / row["optax_us"]
+    assert row["gradtx_spread"] >= 1 and row["optax_spread"] >= 1
+    # params, count, mu, nu, schedule count; gradtx adds global_norm, clipped, learning_rate
+    assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
 
 
 def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):

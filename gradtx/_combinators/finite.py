@@ -11,7 +11,7 @@ from gradtx._combinators.accumulate import check_count
 from gradtx._combinators.conditional import safe_increment
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 from gradtx._layouts.step_counts import split_where_absent
 from gradtx._paths.subset import present_paths
 
@@ -56,9 +56,9 @@ class ApplyIfFinite(Transformation):
         inner = self.inner.describe(params, step)
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init(self, params: Any) -> Statistics:
+    def init(self, params: Any) -> dict:
         """The inner state, zero counts and `last_finite = True`."""
-        return Statistics(
+        return statistics(
             inner=self.inner.init(params),
             notfinite_count=jnp.zeros((), jnp.int32),
             total_notfinite=jnp.zeros((), jnp.int32),
@@ -78,7 +78,7 @@ class ApplyIfFinite(Transformation):
         total = jnp.where(
             finite, state["total_notfinite"], safe_increment(state["total_notfinite"])
         )
-        return new_updates, Statistics(
+        return new_updates, statistics(
             inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
         )
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
 from gradtx._combinators.partition import Partition
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import is_statistics
 from gradtx._paths.paths import is_unit, leaves, path_of
 from gradtx._state.state_dict import LoadReport, StateMismatchError, load_state_dict, state_dict
 
@@ -83,13 +83,13 @@ def _shown(keys: list[str] | tuple[str, ...]) -> str:
 
 
 def _statistics_keys(state: Any) -> set[str]:
-    """The `state_dict` keys of `state` that sit in a `Statistics` (readings of the last step)."""
+    """The `state_dict` keys of `state` held in statistics dicts (readings of the last step)."""
     found, _ = jax.tree_util.tree_flatten_with_path(
-        state, is_leaf=lambda x: isinstance(x, Statistics) or is_unit(x)
+        state, is_leaf=lambda x: is_statistics(x) or is_unit(x)
     )
     keys: set[str] = set()
     for key_path, node in found:
-        if isinstance(node, Statistics):
+        if is_statistics(node):
             where = path_of(key_path) if key_path else ""
             keys.update(_join(where, k) for k in state_dict(dict(node)))
     return keys

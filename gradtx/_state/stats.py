@@ -7,14 +7,14 @@ from typing import Any
 import jax
 
 from gradtx._combinators.inject import InjectState
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import is_statistics
 from gradtx._paths.paths import path_of
 
 __all__ = ["stats"]
 
 
 def _is_marked(x: Any) -> bool:
-    return isinstance(x, (Statistics, InjectState))
+    return isinstance(x, InjectState) or is_statistics(x)
 
 
 def _join(prefix: str, key: str) -> str:
@@ -29,10 +29,10 @@ def _collect(tree: Any, prefix: str, out: dict[str, Any]) -> None:
             for name, value in node.hyperparams.items():
                 out[_join(where, f"hyperparams/{name}")] = value
             _collect(node.inner, _join(where, "inner"), out)
-        elif isinstance(node, Statistics):
+        elif is_statistics(node):
             for name in sorted(node):
                 value = node[name]
-                if isinstance(value, Statistics):  # per-path values: every leaf is one
+                if is_statistics(value):  # per-path values: every leaf is one
                     per_path, _ = jax.tree_util.tree_flatten_with_path(value)
                     for kp, leaf in per_path:
                         out[_join(where, f"{name}/{path_of(kp)}")] = leaf

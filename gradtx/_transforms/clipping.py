@@ -11,7 +11,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype, map_updates, split_explicitly
 from gradtx._core.module import hyperparam, positive
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 from gradtx._core.widening import narrow_source
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import LARGE_LEAF, concatenate
@@ -104,9 +104,9 @@ class ClipByGlobalNorm(ElementwiseTransform):
         """The statistics `global_norm` and `clipped`."""
         return ("global_norm", "clipped")
 
-    def init(self, params: Any) -> Statistics:
+    def init(self, params: Any) -> dict:
         """The last updates' norm before clipping, and whether that step clipped them."""
-        return Statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
+        return statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Scale every present update by `min(1, max_norm / global_norm)`."""
@@ -119,7 +119,7 @@ class ClipByGlobalNorm(ElementwiseTransform):
             return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
 
         new_updates = map_updates(clipped, updates, owner=self.name)
-        return new_updates, Statistics(global_norm=norm, clipped=norm > self.max_norm)
+        return new_updates, statistics(global_norm=norm, clipped=norm > self.max_norm)
 
 
 def clip(max_delta: float) -> Clip:

@@ -29,7 +29,7 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.protocol import Transformation, check_state_keys
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, path_of
@@ -217,7 +217,7 @@ class Linesearch(Transformation):
             state = init_slots(params, lambda p: {"grad": zeros_for(p)}, ("grad",))
         state["learning_rate"] = jnp.ones((), dtype)
         state["value"] = jnp.full((), jnp.inf, dtype)
-        state["info"] = Statistics(
+        state["info"] = statistics(
             {
                 k: jnp.zeros((), jnp.int32)
                 if k == "num_linesearch_steps"
@@ -251,7 +251,7 @@ class Linesearch(Transformation):
         self, line: Line, state: dict, eta: Any, value: Any, grads: list | None, info: dict
     ) -> tuple[Any, dict]:
         """The updates times `eta`, and the state holding `eta`, the value and gradients."""
-        new_state = {"learning_rate": eta, "value": value, "info": Statistics(info)}
+        new_state = {"learning_rate": eta, "value": value, "info": statistics(info)}
         if grads is None:
             return line.step(eta, line.params), new_state
         found = iter(grads)

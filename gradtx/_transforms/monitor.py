@@ -10,7 +10,7 @@ from jax import lax
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, is_unit
@@ -77,23 +77,23 @@ class Monitor(Transformation):
         """The monitor's name: the key of its statistics in a chain's state."""
         return self.label
 
-    def init(self, params: Any) -> Statistics:
+    def init(self, params: Any) -> dict:
         """Zero statistics; per-path ones for every parameter path present in `params`."""
         reject_packed(params, f"monitor({self.label!r})", "keeps statistics per path")
         zero = jnp.zeros((), jnp.float32)
-        state = Statistics()
+        state = {}
         for name in self.stats:
             if name in _PER_PATH:
-                state[name] = Statistics({p: zero for p in _present(params)})
+                state[name] = statistics({p: zero for p in _present(params)})
             else:
                 state[name] = jnp.zeros((), jnp.int32) if name == "nonfinite_count" else zero
         if "update_ratio" in self.stats:
             state["global_update_ratio"] = zero
-        return state
+        return statistics(state)
 
     def update(
-        self, updates: Any, state: Statistics, params: Any = None, **extra: Any
-    ) -> tuple[Any, Statistics]:
+        self, updates: Any, state: dict, params: Any = None, **extra: Any
+    ) -> tuple[Any, dict]:
         """Return `updates` unchanged and the statistics of the paths present in them."""
         owner = f"monitor({self.label!r})"
         if not isinstance(state, dict) or any(s not in state for s in self.stats):
@@ -105,7 +105,7 @@ class Monitor(Transformation):
         present = {p: _observed(u) for p, u in _present(updates).items()}
         squares = {p: _squared_norm(u) for p, u in present.items()}
         total = sum(squares.values(), jnp.zeros((), jnp.float32))
-        new = Statistics(state)
+        new = dict(state)
         if "global_norm" in self.stats:
             new["global_norm"] = jnp.sqrt(total)
         if "max_abs" in self.stats:
@@ -123,7 +123,7 @@ class Monitor(Transformation):
                         "since init (call gradtx.reconcile)."
                     )
         if "norm" in self.stats:
-            new["norm"] = Statistics(
+            new["norm"] = statistics(
                 {**state["norm"], **{p: jnp.sqrt(s) for p, s in squares.items()}}
             )
         if "update_ratio" in self.stats:
@@ -134,10 +134,10 @@ class Monitor(Transformation):
             by_path = _present(params)
             param_squares = {p: _squared_norm(_observed(by_path[p])) for p in present}
             ratios = {p: _ratio(jnp.sqrt(squares[p]), jnp.sqrt(param_squares[p])) for p in present}
-            new["update_ratio"] = Statistics({**state["update_ratio"], **ratios})
+            new["update_ratio"] = statistics({**state["update_ratio"], **ratios})
             param_total = sum(param_squares.values(), jnp.zeros((), jnp.float32))
             new["global_update_ratio"] = _ratio(jnp.sqrt(total), jnp.sqrt(param_total))
-        return updates, new
+        return updates, statistics(new)
 
 
 def monitor(name: str, stats: tuple[str, ...] | str = ("global_norm",)) -> Monitor:
@@ -170,7 +170,7 @@ def monitor(name: str, stats: tuple[str, ...] | str = ("global_norm",)) -> Monit
         stats: which statistics to record (a name or a tuple of names, from the list above).
 
     State:
-        One entry per statistic (a `Statistics` dict): `global_norm`, `max_abs`,
+        One entry per statistic (a statistics dict): `global_norm`, `max_abs`,
         `nonfinite_count`, `norm/<path>`, `update_ratio/<path>` and `global_update_ratio`.
 
     Examples:

@@ -11,7 +11,7 @@ import numpy as np
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, positive, static
 from gradtx._core.protocol import Transformation
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 from gradtx._layouts.complex import reject_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -143,13 +143,13 @@ class PerExampleLayerNormClip(Transformation):
         """The per-path statistic `num_clipped`."""
         return ("num_clipped",)
 
-    def init(self, params: Any) -> Statistics:
+    def init(self, params: Any) -> dict:
         """`num_clipped/<path>`: int32 zeros for every non-`None` leaf of `params`."""
         reject_packed(params, self.name, _BATCH_AXIS)
         paths, leaves, _ = flatten(params)
         zero = jnp.zeros((), jnp.int32)
-        counts = Statistics({p: zero for p, x in zip(paths, leaves) if x is not None})
-        return Statistics({"num_clipped": counts})
+        counts = statistics({p: zero for p, x in zip(paths, leaves) if x is not None})
+        return statistics({"num_clipped": counts})
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """Sum over the leading batch axis of the per-example gradients, each layer clipped."""
@@ -175,7 +175,7 @@ class PerExampleLayerNormClip(Transformation):
             out[path] = _clipped_sum(factors, g, dtype)
             counts[path] = jnp.sum(over, dtype=jnp.int32)
         new = treedef.unflatten([out.get(p) for p in paths])
-        return new, Statistics({**state, "num_clipped": Statistics(counts)})
+        return new, statistics({**state, "num_clipped": statistics(counts)})
 
 
 def _layer_clips(present: list[tuple[str, Any]], uniform: bool) -> dict[str, float]:

@@ -12,7 +12,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import Module, as_float, hyperparam, static
-from gradtx._core.statistics import Statistics
+from gradtx._core.statistics import statistics
 
 __all__ = [
     "identity",
@@ -84,7 +84,7 @@ class RecordsScheduledValue(ElementwiseTransform):
     """A scheduled factor that also keeps its value at the last step, for `gradtx.stats`.
 
     With a schedule, the state holds the per-path `schedule_count` slot and `scheduled`, a
-    `Statistics` with the schedule's value at the last step of the paths that have taken the
+    statistics dict with the schedule's value at the last step of the paths that have taken the
     most steps (all paths, unless updates were partial); before the first step, the value at
     step 0. `gradtx.stats` reads it as `scheduled/learning_rate`.
     """
@@ -113,7 +113,7 @@ class RecordsScheduledValue(ElementwiseTransform):
         if not self.slot_keys():
             return state
         zero = jnp.zeros((), jnp.int32)
-        return {**state, "scheduled": Statistics({self.recorded: self._value_at(zero)})}
+        return {**state, "scheduled": statistics({self.recorded: self._value_at(zero)})}
 
     def _value_at(self, step: Any) -> Any:
         return jnp.asarray(hyperparam_at(self._schedule(), step), jnp.float32)
@@ -131,7 +131,7 @@ class RecordsScheduledValue(ElementwiseTransform):
         recorded = state["scheduled"]
         if counts:  # the most advanced paths' last step (one count while all step together)
             last = counts[0] if len(counts) == 1 else jnp.max(jnp.stack(counts))
-            recorded = Statistics({self.recorded: self._value_at(last - 1)})
+            recorded = statistics({self.recorded: self._value_at(last - 1)})
         return new_updates, {**new, "scheduled": recorded}
 
 

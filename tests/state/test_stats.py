@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,3 +138,47 @@ def test_the_pre_step_norm_survives_donating_the_gradients():
     donated = jax.jit(step, donate_argnums=(0, 1, 2))
     _, state = donated(params, tx.init(params), grads)
     assert float(gradtx.stats(state)["grad/global_norm"]) == expected == 13.0
+
+
+def test_statistics_are_plain_dicts_that_jax_flattens_itself():
+    # A custom pytree node costs Python calls on every jitted call that passes the state; a
+    # plain dict is flattened and rebuilt by JAX in C++ (see gradtx/_core/statistics.py).
+    schedule = gradtx.schedules.warmup_cosine_decay(0.0, 1e-3, 10, 100)
+    tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(schedule, mask="!**/b"))
+    state = tx.init(PARAMS)
+    assert type(state["clip_by_global_norm"]) is dict
+    assert type(state["adamw"]["scheduled"]) is dict
+    plain = {"clipped": 0, "global_norm": 0}
+    assert jax.tree.structure(state["clip_by_global_norm"]) == jax.tree.structure(plain)
+    assert sorted(gradtx.stats(state)) == [
+        "adamw/scheduled/learning_rate",
+        "clip_by_global_norm/clipped",
+        "clip_by_global_norm/global_norm",
+    ]
+
+
+def _rebuilt_states(tx, state, tmp_path):
+    """The state after each way a training loop rebuilds one."""
+    step = jax.jit(lambda s: tx.update(_grads(), s, PARAMS)[1])
+    yield "jit", step(state)
+    yield "jit twice", step(step(state))
+    yield "tree.map", jax.tree.map(lambda x: x, state)
+    yield "unflatten", jax.tree.unflatten(jax.tree.structure(state), jax.tree.leaves(state))
+    yield "device_get", jax.device_get(state)
+    yield "load_state_dict", gradtx.load_state_dict(tx, PARAMS, gradtx.state_dict(state))[0]
+    yield "reconcile", gradtx.reconcile(tx, state, PARAMS)[0]
+    gradtx.save(tmp_path / "ckpt.safetensors", PARAMS, state, tx=tx)
+    yield "save/restore", gradtx.restore(tmp_path / "ckpt.safetensors", tx, PARAMS)[1]
+    yield "pickle", pickle.loads(pickle.dumps(jax.device_get(state)))
+    yield "deepcopy", copy.deepcopy(state)
+
+
+def test_every_statistic_survives_every_rebuild_of_the_state(tmp_path):
+    # The mark is in the keys of a plain dict, which JAX keeps in the tree structure, so it
+    # must come back from jit, tree functions, checkpoints and copies alike.
+    tx = _tx()
+    _, state = tx.update(_grads(), tx.init(PARAMS), PARAMS)
+    expected = gradtx.stats(state)
+    assert len(expected) == 14
+    for how, rebuilt in _rebuilt_states(tx, state, tmp_path):
+        assert list(gradtx.stats(rebuilt)) == list(expected), how

@@ -1,0 +1,121 @@
+"""Host time per optimizer step: a step with almost no arithmetic, issued back to back.
+
+    python -m benchmarks.host_overhead                          # every configuration
+    python -m benchmarks.host_overhead --config "clip+adamw(cosine, mask)"
+    python -m benchmarks.host_overhead --smoke                  # a few calls, to check it
+
+The step runs on two small leaves packed into one buffer (4096 floats), so its time is what
+the host does per call: flatten the arguments, launch the program, wrap its outputs and
+rebuild the trees. `benchmarks.run` waits for each call (a call's latency); here a block of
+calls is issued back to back and waited for once, as a training loop issues them, so the
+figure is the time per step of a loop bound by the host.
+
+Each library's donated step is built twice (two copies, each compiled and with buffers of
+its own), and the four copies' blocks alternate, their order reversed every round. A copy's
+figure is its fastest block: the slower ones are the machine's noise. The two copies of one
+library measure the harness's spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import jax
+
+from benchmarks import configs as C
+from benchmarks import workloads as W
+from benchmarks.results import write_json
+from benchmarks.run import _copy, step_fn
+
+LIBS = ("gradtx", "optax")
+
+
+class Copy:
+    """One library's donated step, with its own compiled program and buffers."""
+
+    def __init__(self, lib: str, config: C.Config, workload: W.Workload) -> None:
+        import optax
+
+        import gradtx
+
+        tx = getattr(config, lib)(workload)
+        apply = gradtx.apply_updates if lib == "gradtx" else optax.apply_updates
+        params = workload.params(0)
+        self.grads = workload.params(1)
+        self.step = jax.jit(step_fn(tx, apply), donate_argnums=(0, 1))
+        self.carry = jax.block_until_ready(self.step(_copy(params), tx.init(params), self.grads))
+        self.arrays = len(jax.tree.leaves(self.carry))
+        self.blocks: list[float] = []
+
+    def time(self, calls: int) -> None:
+        """One block: `calls` steps back to back, then one wait; the time per step."""
+        carry = self.carry
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            carry = self.step(*carry, self.grads)
+        self.carry = jax.block_until_ready(carry)
+        self.blocks.append((time.perf_counter() - t0) / calls)
+
+
+def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> dict:
+    """Microseconds per step of each copy, the gradtx/optax ratio and each library's spread."""
+    copies = [Copy(lib, config, workload) for lib in LIBS for _ in "ab"]
+    for copy in copies:  # warm-up blocks, not kept
+        copy.time(calls)
+        copy.blocks.clear()
+    for r in range(rounds):
+        for copy in copies if r % 2 == 0 else copies[::-1]:
+            copy.time(calls)
+    us = [min(copy.blocks) * 1e6 for copy in copies]
+    row: dict[str, Any] = {"workload": workload.name, "config": config.name}
+    for i, lib in enumerate(LIBS):
+        first, second = us[2 * i], us[2 * i + 1]
+        row[f"{lib}_us"] = min(first, second)
+        row[f"{lib}_spread"] = max(first, second) / min(first, second)
+        row[f"{lib}_arrays_out"] = copies[2 * i].arrays
+    row["ratio"] = row["gradtx_us"] / row["optax_us"]
+    return row
+
+
+def format_row(row: dict) -> str:
+    return (
+        f"{row['config']:<28}{row['gradtx_us']:>9.1f}{row['optax_us']:>9.1f}{row['ratio']:>7.2f}"
+        f"{row['gradtx_spread']:>8.2f}{row['optax_spread']:>8.2f}"
+        f"{row['gradtx_arrays_out']:>6}{row['optax_arrays_out']:>6}"
+    )
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few calls, one round")
+    parser.add_argument(
+        "--config", action="append", default=None, help="run only this configuration (repeatable)"
+    )
+    parser.add_argument("--out", default=None, help="write the rows here as JSON")
+    args = parser.parse_args(argv)
+    calls, rounds = (5, 2) if args.smoke else (1000, 10)
+    workload = W.many_leaves_packed(2)
+    chosen = [
+        c for c in C.configs() if c.applies(workload) and (not args.config or c.name in args.config)
+    ]
+    print(f"jax {jax.__version__} on {jax.default_backend()}: {workload.name}, microseconds per")
+    print("step of back-to-back donated steps (fastest of each copy's blocks); spread: one")
+    print("library's two copies apart; out: arrays each step returns")
+    print(
+        f"{'config':<28}{'gradtx':>9}{'optax':>9}{'ratio':>7}"
+        f"{'gtx sp':>8}{'opx sp':>8}{'gtx':>6}{'opx':>6}"
+    )
+    rows = []
+    for config in chosen:
+        rows.append(measure(config, workload, calls, rounds))
+        print(format_row(rows[-1]), flush=True)
+    if args.out:
+        report = {"jax": jax.__version__, "backend": jax.default_backend(), "rows": rows}
+        write_json(args.out, report)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
