@@ -124,8 +124,8 @@ def test_spread_times_one_library_against_itself(monkeypatch):
 
 
 def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
-    """The host-bound step: each library's time per step, their ratio, and the spread of each
-    library's two copies; the clipped chain returns its three statistics besides."""
+    """The host-bound step: each library's time per step and the spread of its two copies; the
+    clipped chain returns its three statistics besides optax's arrays."""
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks import configs, host_overhead, workloads
 
@@ -133,8 +133,7 @@ def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
     with jax.numpy_dtype_promotion("standard"):  # optax's schedule mixes Python floats in
         row = host_overhead.measure(config, workloads.many_leaves_packed(2), calls=3, rounds=2)
     assert row["gradtx_us"] > 0 and row["optax_us"] > 0
-    assert row["ratio"] == row["gradtx_us"] / row["optax_us"]
-    assert row["gradtx_spread"] >= 1 and row["optax_spread"] >= 1
+    assert all(0 < row[f"{lib}_spread"] < float("inf") for lib in ("gradtx", "optax"))
     # params, count, mu, nu, schedule count; gradtx adds global_norm, clipped, learning_rate
     assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
 
