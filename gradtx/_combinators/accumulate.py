@@ -15,12 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._combinators.conditional import safe_increment
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.widening import is_narrow, shaped_like
-from gradtx._layouts.step_counts import split_where_absent
+from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
 
@@ -289,7 +288,7 @@ class Accumulate(Transformation):
         }
         if self.counts_steps:
             old = state["gradient_step"]
-            new_state["gradient_step"] = jnp.where(fire, safe_increment(old), old)
+            new_state["gradient_step"] = jnp.where(fire, next_count(old), old)
         if aux is not None:
             new_state["skip_state"] = aux
         return new_updates, new_state

@@ -12,7 +12,7 @@ from jax import lax
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.widening import shaped_like
-from gradtx._layouts.step_counts import split_where_absent
+from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
 
 __all__ = [
@@ -20,14 +20,7 @@ __all__ = [
     "ConditionallyTransform",
     "conditionally_mask",
     "conditionally_transform",
-    "safe_increment",
 ]
-
-
-def safe_increment(count: Any) -> Any:
-    """`count + 1` for an int32 counter, staying at the largest int32 instead of wrapping."""
-    top = jnp.int32(np.iinfo(np.int32).max)
-    return jnp.where(count < top, count + jnp.int32(1), top)
 
 
 def _check_condition(fn: Any, name: str) -> Any:
@@ -110,7 +103,7 @@ class ConditionallyTransform(Transformation):
             return shaped_like(updates, ran), inner_state
 
         new_updates, inner_state = lax.cond(active, run, skip, inner)
-        return new_updates, {"step": safe_increment(state["step"]), "inner": inner_state}
+        return new_updates, {"step": next_count(state["step"]), "inner": inner_state}
 
 
 class ConditionallyMask(ConditionallyTransform):

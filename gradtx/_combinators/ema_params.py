@@ -16,6 +16,7 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.subset import present_paths
 
 __all__ = ["EmaParams", "ema_params"]
@@ -78,7 +79,7 @@ class EmaParams(Transformation):
             d = decay.astype(dtype)
             new = {"ema": d * slots["ema"].astype(dtype) + (1 - d) * theta.astype(dtype)}
             if "count" in slots:  # packed params count here; the helper counts other paths
-                new["count"] = slots["count"] + jnp.int32(1)
+                new["count"] = next_count(slots["count"])
             return u, new
 
         slots = {k: state[k] for k in self.state_keys()[1:]}

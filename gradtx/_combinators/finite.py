@@ -8,11 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
-from gradtx._combinators.conditional import safe_increment
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.statistics import statistics
-from gradtx._layouts.step_counts import split_where_absent
+from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
 
 __all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
@@ -71,13 +70,11 @@ class ApplyIfFinite(Transformation):
         old_inner = split_where_absent(state["inner"], updates)
         new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
         finite = all_finite(updates) & all_finite(new_updates)
-        count = jnp.where(finite, jnp.int32(0), safe_increment(state["notfinite_count"]))
+        count = jnp.where(finite, jnp.int32(0), next_count(state["notfinite_count"]))
         accept = finite | (count > jnp.int32(self.max_consecutive_errors))
         new_updates = jax.tree.map(lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates)
         inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
-        total = jnp.where(
-            finite, state["total_notfinite"], safe_increment(state["total_notfinite"])
-        )
+        total = jnp.where(finite, state["total_notfinite"], next_count(state["total_notfinite"]))
         return new_updates, statistics(
             inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
         )

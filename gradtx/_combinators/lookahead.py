@@ -15,6 +15,7 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.subset import present_paths
 
 __all__ = ["Lookahead", "lookahead"]
@@ -63,7 +64,7 @@ class Lookahead(Transformation):
         keep = 1 - self.alpha
 
         def sync(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            count = slots["count"] + jnp.int32(1)
+            count = next_count(slots["count"])
             at_sync = count % jnp.int32(self.sync_period) == 0
             dtype = compute_dtype(u, slots["fast_minus_slow"])
             step = u.astype(dtype)

@@ -17,6 +17,7 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.scale import ScalarOrSchedule
 
@@ -129,7 +130,9 @@ class ScheduleFree(Transformation):
 
         def step(u: Any, slots: dict, y: Any) -> tuple[Any, dict]:
             # The averaging weight of this path's step, from its own count and scalars.
-            rate = jnp.asarray(hyperparam_at(learning_rate, slots["count"]), jnp.float32)
+            # (read as the new count less one, so that the donated count has one reader)
+            count = next_count(slots["count"])
+            rate = jnp.asarray(hyperparam_at(learning_rate, count - 1), jnp.float32)
             max_lr = jnp.maximum(slots["max_lr"], rate)
             weight = max_lr**power
             weight_sum = slots["weight_sum"] + weight
@@ -145,7 +148,7 @@ class ScheduleFree(Transformation):
             out = ck * (z - yy) + (1 - beta * (1 - ck)) * du
             new = {"z": z + du, "weight_sum": weight_sum, "max_lr": max_lr}
             # (a shared count advances by itself; a packed buffer's is advanced here)
-            return out, {**new, "count": slots["count"] + jnp.int32(1)}
+            return out, {**new, "count": count}
 
         new_updates, slots = update_slots(
             step,

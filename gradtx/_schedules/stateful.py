@@ -18,6 +18,7 @@ import numpy as np
 
 from gradtx._core.module import Module, field, static
 from gradtx._core.static_value import StaticValue
+from gradtx._layouts.step_counts import next_count
 from gradtx._schedules.base import as_f32, as_schedule
 
 __all__ = [
@@ -99,10 +100,6 @@ class StatefulSchedule(Module):
         )
 
 
-def _saturating_increment(count: jax.Array) -> jax.Array:
-    return count + (count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-
-
 class WrappedSchedule(StatefulSchedule):
     """A plain schedule as a stateful one whose state is its own step count.
 
@@ -134,7 +131,7 @@ class WrappedSchedule(StatefulSchedule):
 
     def update(self, state: jax.Array, **extra: Any) -> jax.Array:
         """One more step."""
-        return _saturating_increment(jnp.asarray(state, jnp.int32))
+        return next_count(jnp.asarray(state, jnp.int32))
 
     def value(self, state: jax.Array, **extra: Any) -> jax.Array:
         """`schedule(count)`, float32."""

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 
 __all__ = ["scale_by_adam"]
 
@@ -44,7 +45,7 @@ class ScaleByAdam(ElementwiseTransform):
         grad = g.astype(dtype)
         mu = as_stored((1 - b1) * grad + b1 * slots["mu"].astype(dtype), slots["mu"])
         nu = as_stored((1 - b2) * (grad * grad) + b2 * slots["nu"].astype(dtype), slots["nu"])
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         t = count.astype(dtype)
         if self.nesterov:
             mu_hat = b1 * mu / (1 - b1 ** (t + 1)) + (1 - b1) * grad / (1 - b1**t)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.rms import filled_for
 
 __all__ = [
@@ -76,7 +77,7 @@ class ScaleByAmsgrad(_Moments):
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
         mu = _ema(b1, slots["mu"], grad, dtype)
         nu = _ema(b2, slots["nu"], grad * grad, dtype)
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         t = count.astype(dtype)
         mu_hat = mu / (1 - b1**t) if self.bias_correction_mu else mu
         nu_hat = nu / (1 - b2**t) if self.bias_correction_nu else nu
@@ -105,7 +106,7 @@ class ScaleByAdamax(_Moments):
         nu = as_stored(
             jnp.maximum(jnp.abs(grad) + eps, b2 * slots["nu"].astype(dtype)), slots["nu"]
         )
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         u = mu / (1 - b1 ** count.astype(dtype)) / nu
         return u, {"mu": mu, "nu": nu, "count": count}
 
@@ -131,7 +132,7 @@ class ScaleByBelief(_Moments):
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         nu_new = (1 - b2) * (error * error) + b2 * slots["nu"].astype(dtype) + eps_root
         nu = as_stored(nu_new, slots["nu"])
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         t = count.astype(dtype)
         mu_hat = _first_moment_hat(mu, grad, b1, t, self.nesterov)
         u = mu_hat / (jnp.sqrt(nu / (1 - b2**t)) + eps)
@@ -193,7 +194,7 @@ class ScaleByRadam(_Moments):
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
         mu = _ema(b1, slots["mu"], grad, dtype)
         nu = _ema(b2, slots["nu"], grad * grad, dtype)
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         t = count.astype(dtype)
         mu_hat = _first_moment_hat(mu, grad, b1, t, self.nesterov)
         nu_hat = nu / (1 - b2**t)
@@ -238,7 +239,7 @@ class ScaleByYogi(_Moments):
         mu = _ema(b1, slots["mu"], grad, dtype)
         old_nu, g2 = slots["nu"].astype(dtype), grad * grad
         nu = as_stored(old_nu - (1 - b2) * jnp.sign(old_nu - g2) * g2, slots["nu"])
-        count = slots["count"] + jnp.int32(1)
+        count = next_count(slots["count"])
         t = count.astype(dtype)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = mu / (1 - b1**t) / (jnp.sqrt(nu / (1 - b2**t) + eps_root) + eps)
@@ -276,13 +277,13 @@ class ScaleByAdan(ElementwiseTransform):
         dtype = compute_dtype(g, slots["mu"], slots["delta"], slots["nu"], slots["prev_grad"])
         b1, b2, b3 = (self.b1.astype(dtype), self.b2.astype(dtype), self.b3.astype(dtype))
         grad = g.astype(dtype)
-        first = slots["count"] == 0
+        count = next_count(slots["count"])
+        first = count == 1
         diff = jnp.where(first, jnp.zeros_like(grad), grad - slots["prev_grad"].astype(dtype))
         mu = _ema(b1, slots["mu"], grad, dtype)
         delta = _ema(b2, slots["delta"], diff, dtype)
         mixed = grad + (1 - b2) * diff
         nu = _ema(b3, slots["nu"], mixed * mixed, dtype)
-        count = slots["count"] + jnp.int32(1)
         t = count.astype(dtype)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         direction = mu / (1 - b1**t) + (1 - b2) * delta / (1 - b2**t)

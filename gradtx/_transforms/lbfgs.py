@@ -13,6 +13,7 @@ from gradtx._core.lift import cast, compute_dtype, init_slots, update_slots, zer
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, check_state_keys
 from gradtx._layouts.packed import reject_packed
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.linesearch import dot, promoted, scalar_dtype
 
 __all__ = ["scale_by_lbfgs"]
@@ -32,11 +33,6 @@ def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"`{name.rsplit('.', 1)[-1]}` must be True or False, got {value!r}")
     return bool(value)
-
-
-def _incremented(count: jax.Array) -> jax.Array:
-    """`count + 1`, saturating at the largest int32 instead of wrapping around."""
-    return jnp.where(count < jnp.iinfo(jnp.int32).max, count + 1, count)
 
 
 class ScaleByLbfgs(Transformation):
@@ -138,7 +134,7 @@ class ScaleByLbfgs(Transformation):
         memories = {k: kept[k] for k in _MEMORIES}
         new_updates, memories = update_slots(emit, updates, memories, None, owner=self.name)
         return new_updates, {
-            "count": _incremented(count),
+            "count": next_count(count),
             **{k: kept[k] for k in _PREVIOUS},
             **memories,
             "weights_memory": weights,

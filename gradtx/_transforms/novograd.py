@@ -10,6 +10,7 @@ from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.packed import reject_packed
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.clipping import _sum_of_squares
 
 __all__ = ["scale_by_novograd"]
@@ -63,7 +64,8 @@ class ScaleByNovograd(ElementwiseTransform):
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         grad = g.astype(dtype)
         norm2 = _sum_of_squares(g).astype(dtype)
-        first = slots["count"] == 0
+        count = next_count(slots["count"])
+        first = count == 1
         nu = jnp.where(first, norm2, b2 * slots["nu"].astype(dtype) + (1 - b2) * norm2)
         nu = as_stored(nu, slots["nu"])
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
@@ -71,7 +73,7 @@ class ScaleByNovograd(ElementwiseTransform):
         if self.weight_decay is not None:
             step = step + self.weight_decay.astype(dtype) * param.astype(dtype)
         mu = as_stored(b1 * slots["mu"].astype(dtype) + step, slots["mu"])
-        return mu, {"mu": mu, "nu": nu, "count": slots["count"] + 1}
+        return mu, {"mu": mu, "nu": nu, "count": count}
 
 
 def scale_by_novograd(

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
+from gradtx._layouts.step_counts import next_count
 
 __all__ = ["scale_by_optimistic_gradient"]
 
@@ -32,10 +33,11 @@ class ScaleByOptimisticGradient(ElementwiseTransform):
         """The optimistic combination; at a path's first step `g_prev = g`."""
         dtype = compute_dtype(g, slots["previous_gradient"])
         grad = g.astype(dtype)
-        prev = jnp.where(slots["count"] == 0, grad, slots["previous_gradient"].astype(dtype))
+        count = next_count(slots["count"])
+        prev = jnp.where(count == 1, grad, slots["previous_gradient"].astype(dtype))
         alpha, beta = self.alpha.astype(dtype), self.beta.astype(dtype)
         u = (alpha + beta) * grad - beta * prev
-        return u, {"previous_gradient": grad, "count": slots["count"] + 1}
+        return u, {"previous_gradient": grad, "count": count}
 
 
 def scale_by_optimistic_gradient(

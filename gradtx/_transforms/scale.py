@@ -13,6 +13,7 @@ from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import Module, as_float, hyperparam, static
 from gradtx._core.statistics import statistics
+from gradtx._layouts.step_counts import next_count
 
 __all__ = [
     "identity",
@@ -71,9 +72,11 @@ class Scale(ElementwiseTransform):
 
 
 def _scheduled_leaf(schedule: Any, sign: float, g: Any, slots: dict) -> tuple[Any, dict]:
-    count = slots["schedule_count"]
-    factor = sign * hyperparam_at(schedule, count)
-    return _scaled(g, factor), {"schedule_count": count + 1}
+    # The schedule reads the new count less one (the old count, short of saturation), so the
+    # donated count has one reader: XLA then writes it in place without copying it first.
+    count = next_count(slots["schedule_count"])
+    factor = sign * hyperparam_at(schedule, count - 1)
+    return _scaled(g, factor), {"schedule_count": count}
 
 
 def _count_slot(param: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.stacked import StackedTransform, as_stacked
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.selectors import select
 from gradtx._transforms.clipping import _sum_of_squares
 from gradtx._transforms.scale import _is_schedule
@@ -129,9 +130,9 @@ class FromageStep(ElementwiseTransform):
         dtype = compute_dtype(g, param)
         changed = {}
         if self.state_keys():
-            count = slots["schedule_count"]
-            lr = hyperparam_at(self.learning_rate, count)
-            changed = {"schedule_count": count + 1}
+            count = next_count(slots["schedule_count"])  # then the schedule's step, below
+            lr = hyperparam_at(self.learning_rate, count - 1)
+            changed = {"schedule_count": count}
         else:
             lr = self.learning_rate
         lr = lr.astype(dtype)

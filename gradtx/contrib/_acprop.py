@@ -10,6 +10,7 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import bias_correction
@@ -39,7 +40,8 @@ class ScaleByAcprop(ElementwiseTransform):
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         grad = g.astype(dtype)
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
-        count = slots["count"]
+        new = next_count(slots["count"])
+        count = new - 1  # the old count, read from the new one (see `next_count`)
         old_nu = slots["nu"].astype(dtype)
         mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * grad, slots["mu"])
         residual = grad - mu
@@ -49,7 +51,7 @@ class ScaleByAcprop(ElementwiseTransform):
         corrected = old_nu / bias_correction(b2, jnp.maximum(count, 1).astype(dtype))
         nu_hat = jnp.where(count == 0, jnp.ones_like(corrected), corrected)
         u = grad / (jnp.sqrt(nu_hat) + self.eps.astype(dtype))
-        return u, {"mu": mu, "nu": nu, "count": count + 1}
+        return u, {"mu": mu, "nu": nu, "count": new}
 
 
 def scale_by_acprop(

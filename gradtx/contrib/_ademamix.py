@@ -10,6 +10,7 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -45,18 +46,19 @@ class ScaleByAdemamix(ElementwiseTransform):
         """One AdEMAMix step for one array; `b3` and `alpha` may be schedules of the step."""
         dtype = compute_dtype(g, slots["m1"], slots["m2"], slots["nu"])
         grad = g.astype(dtype)
-        count = slots["count"]
+        new = next_count(slots["count"])
+        count = new - 1  # the old count, read from the new one (see `next_count`)
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         b3 = hyperparam_at(self.b3, count).astype(dtype)
         alpha = hyperparam_at(self.alpha, count).astype(dtype)
         m1 = as_stored(b1 * slots["m1"].astype(dtype) + (1 - b1) * grad, slots["m1"])
         m2 = as_stored(b3 * slots["m2"].astype(dtype) + (1 - b3) * grad, slots["m2"])
         nu = as_stored(b2 * slots["nu"].astype(dtype) + (1 - b2) * (grad * grad), slots["nu"])
-        t = (count + 1).astype(dtype)
+        t = new.astype(dtype)
         m1_hat, nu_hat = m1 / (1 - b1**t), nu / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = (m1_hat + alpha * m2) / (jnp.sqrt(nu_hat + eps_root) + eps)
-        return u, {"m1": m1, "m2": m2, "nu": nu, "count": count + 1}
+        return u, {"m1": m1, "m2": m2, "nu": nu, "count": new}
 
 
 def scale_by_ademamix(

@@ -11,6 +11,7 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
 __all__ = ["adopt", "quarter_power", "scale_by_adopt"]
@@ -55,19 +56,21 @@ class ScaleByAdopt(ElementwiseTransform):
         """One ADOPT step for one array; the first step only initialises `nu`."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         grad = g.astype(dtype)
-        first = slots["count"] == 0
+        new = next_count(slots["count"])
+        count = new - 1  # the old count, read from the new one (see `next_count`)
+        first = count == 0
         one, zero = jnp.ones((), dtype), jnp.zeros((), dtype)
         b1 = jnp.where(first, one, self.b1.astype(dtype))
         b2 = jnp.where(first, zero, self.b2.astype(dtype))
         old_nu = slots["nu"].astype(dtype)
         step = grad / jnp.maximum(jnp.sqrt(old_nu), self.eps.astype(dtype))
         if self.use_clipping:
-            bound = jnp.asarray(self.clip_value_fn(slots["count"].astype(dtype)), dtype)
+            bound = jnp.asarray(self.clip_value_fn(count.astype(dtype)), dtype)
             step = jnp.clip(step, -bound, bound)
         nu = as_stored(b2 * old_nu + (1 - b2) * (grad * grad), slots["nu"])
         mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * step, slots["mu"])
         u = b1 * mu + (1 - b1) * step if self.nesterov else mu
-        return u, {"mu": mu, "nu": nu, "count": slots["count"] + 1}
+        return u, {"mu": mu, "nu": nu, "count": new}
 
 
 def scale_by_adopt(

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._reductions import (
     adam_direction_updates,
@@ -66,7 +67,7 @@ class DAdaptAdamW(ElementwiseTransform):
         self.check_state(state)
         if params is None:
             raise needs_params_error(self.name)
-        count = state["count"] + 1
+        count = next_count(state["count"])
         t = count.astype(jnp.float32)
         b1, b2 = self.b1, self.b2
         sb2 = jnp.sqrt(b2)

@@ -10,6 +10,7 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import copy_of
@@ -43,10 +44,11 @@ class ScaleByMadgrad(ElementwiseTransform):
         """One MADGRAD step for one array: the sums, the dual point, the move towards it."""
         dtype = compute_dtype(g, param, slots["grad_sum_sq"], slots["s"], slots["x0"])
         grad, x = g.astype(dtype), param.astype(dtype)
-        count = slots["count"]
+        new = next_count(slots["count"])
+        count = new - 1  # the old count, read from the new one (see `next_count`)
         eps = self.eps.astype(dtype)
         lr = hyperparam_at(self.learning_rate, count).astype(dtype) + eps
-        weight = lr * jnp.sqrt((count + 1).astype(dtype))
+        weight = lr * jnp.sqrt(new.astype(dtype))
         old = slots["grad_sum_sq"]
         nu = as_stored(old.astype(dtype) + weight * grad * grad, old)
         s = as_stored(slots["s"].astype(dtype) + weight * grad, slots["s"])
@@ -54,7 +56,7 @@ class ScaleByMadgrad(ElementwiseTransform):
         # for nearby values, so the step keeps its relative precision.
         gap = (slots["x0"].astype(dtype) - x) - s / (jnp.cbrt(nu) + eps)
         u = (1 - self.momentum.astype(dtype)) * gap
-        return u, {"grad_sum_sq": nu, "s": s, "count": count + 1}
+        return u, {"grad_sum_sq": nu, "s": s, "count": new}
 
 
 def scale_by_madgrad(

@@ -15,6 +15,7 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.subset import present_paths
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of, flat_dot
@@ -125,7 +126,7 @@ class Mechanize(Transformation):
         return new_updates, {
             "base_optimizer": base_state,
             **slots,
-            "count": count + 1,
+            "count": next_count(count),
             "r": r,
             "m": m,
             "v": v,

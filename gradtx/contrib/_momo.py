@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reduce_on_plateau import missing_value_error
@@ -118,7 +119,13 @@ class Momo(ElementwiseTransform):
         new_updates, _ = update_slots(
             step, updates, slots, params, owner=self.name, needs_params=True
         )
-        return new_updates, {**slots, "barf": barf, "gamma": gamma, "lb": lb, "count": count + 1}
+        return new_updates, {
+            **slots,
+            "barf": barf,
+            "gamma": gamma,
+            "lb": lb,
+            "count": next_count(count),
+        }
 
 
 def momo(
@@ -255,7 +262,13 @@ class MomoAdam(ElementwiseTransform):
         new_updates, _ = update_slots(
             step, updates, slots, params, owner=self.name, needs_params=True
         )
-        return new_updates, {**slots, "barf": barf, "gamma": gamma, "lb": lb, "count": count + 1}
+        return new_updates, {
+            **slots,
+            "barf": barf,
+            "gamma": gamma,
+            "lb": lb,
+            "count": next_count(count),
+        }
 
 
 def momo_adam(

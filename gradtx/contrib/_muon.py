@@ -29,6 +29,7 @@ from gradtx._core.module import (
 from gradtx._core.update_layout import whole
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._transforms.adam import ScaleByAdam
@@ -132,7 +133,7 @@ def _momentum(g: Any, slots: dict, beta: Any, nesterov: bool) -> tuple[Any, dict
     dtype = compute_dtype(g, slots["mu"])
     grad, b = g.astype(dtype), beta.astype(dtype)
     mu = as_stored(b * slots["mu"].astype(dtype) + (1 - b) * grad, slots["mu"])
-    count = slots["count"] + jnp.int32(1)
+    count = next_count(slots["count"])
     t = count.astype(dtype)
     if nesterov:
         mu_hat = b * mu / (1 - b ** (t + 1)) + (1 - b) * grad / (1 - b**t)

@@ -10,6 +10,7 @@ import numpy as np
 from gradtx._core.lift import compute_dtype, map_updates
 from gradtx._core.module import as_int, field, hyperparam, non_negative
 from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._layouts.step_counts import next_count
 
 __all__ = ["reduce_on_plateau"]
 
@@ -82,7 +83,7 @@ class ReduceOnPlateau(Transformation):
         value = extra.get("value")
         if value is None:
             raise missing_value_error(self.name)
-        count = state["count"] + 1
+        count = next_count(state["count"])
         avg = (state["count"].astype(jnp.float32) * state["avg_value"]) + jnp.asarray(
             value, jnp.float32
         )

@@ -10,6 +10,7 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -38,16 +39,17 @@ class ScaleBySimplifiedAdemamix(ElementwiseTransform):
         """One step for one array; `alpha` may be a schedule of the path's step count."""
         dtype = compute_dtype(g, slots["m"], slots["n"])
         grad = g.astype(dtype)
-        count = slots["count"]
+        new = next_count(slots["count"])
+        count = new - 1  # the old count, read from the new one (see `next_count`)
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         alpha = hyperparam_at(self.alpha, count).astype(dtype)
         m = as_stored(b1 * slots["m"].astype(dtype) + grad, slots["m"])
         n = as_stored(b2 * slots["n"].astype(dtype) + (1 - b2) * (grad * grad), slots["n"])
-        t = (count + 1).astype(dtype)
+        t = new.astype(dtype)
         n_hat = n / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         u = (m + alpha * grad) / (jnp.sqrt(n_hat + eps_root) + eps)
-        return u, {"m": m, "n": n, "count": count + 1}
+        return u, {"m": m, "n": n, "count": new}
 
 
 def scale_by_simplified_ademamix(
