@@ -35,6 +35,11 @@ def _sgd_bytes(p: int, s: int) -> int:
     return 3 * p + 2 * s
 
 
+def _schedule_free_bytes(p: int, s: int) -> int:
+    # read g and the params y, write y; read and write z and nu (z in the state's dtype)
+    return 3 * p + 4 * s
+
+
 def _decay_mask(params: Any) -> Any:
     import jax
 
@@ -45,6 +50,10 @@ def _is_bias(params: Any) -> Any:
     import jax
 
     return jax.tree_util.tree_map_with_path(lambda kp, _: "bias" in str(kp[-1]), params)
+
+
+def _one_dtype(w: Any) -> bool:
+    return w.state_dtype is None
 
 
 def _tree_params(w: Any) -> bool:
@@ -95,6 +104,16 @@ def configs() -> list[Config]:
     def o_lion(w):
         return optax.lion(1e-4, b1=f32(0.9), b2=f32(0.99), mu_dtype=w.state_dtype)
 
+    # The paper's schedule-free AdamW in gradtx; optax's puts Adam's bias correction in the
+    # second moment instead (tests/combinators/test_schedule_free.py), the same work a step.
+    def g_schedule_free(w):
+        return gradtx.schedule_free_adamw(1e-3, warmup_steps=100, weight_decay=1e-4)
+
+    def o_schedule_free(w):
+        return optax.contrib.schedule_free_adamw(
+            1e-3, 100, b1=f32(0.9), b2=f32(0.999), weight_decay=1e-4
+        )
+
     # Two parameter groups, each Adam with its own injected learning rate (biases 3x faster).
     # optax keeps the np.float32 b1 and b2 static (baked into its kernels); gradtx is told to
     # do the same, so both inject the same hyperparameters (learning_rate, eps, eps_root).
@@ -135,4 +154,12 @@ def configs() -> list[Config]:
         ),
         Config("sgd momentum", g_sgd, o_sgd, _sgd_bytes),
         Config("lion", g_lion, o_lion, _sgd_bytes),  # read g, p, mu; write p, mu
+        # optax's second moment would change dtype between steps with float32 state
+        Config(
+            "schedule-free adamw",
+            g_schedule_free,
+            o_schedule_free,
+            _schedule_free_bytes,
+            applies=_one_dtype,
+        ),
     ]

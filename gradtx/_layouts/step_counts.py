@@ -25,7 +25,7 @@ from gradtx._layouts.packed import join_path
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.subset import present_paths
 
-__all__ = ["StepCounts", "group_counts", "next_count", "split_where_absent"]
+__all__ = ["StepCounts", "aligned", "group_counts", "next_count", "split_where_absent"]
 
 
 class CountLayout:
@@ -72,7 +72,9 @@ class StepCounts(Mapping):
 
     Read it as a dict: `counts["enc/w"]` is that path's count (a scalar array). Its pytree
     children are the group values, so a jitted step carries one count per group, not one
-    per path. `state_dict` expands it to one entry per path.
+    per path. `state_dict` expands it to one entry per path. Other per-path scalars that
+    change only with the count hold their values this way too (schedule-free's weight sum
+    and largest rate, see `updated`).
     """
 
     __slots__ = ("layout", "scalars")
@@ -128,6 +130,20 @@ class StepCounts(Mapping):
         ]
         return StepCounts(counts.layout, values)
 
+    def updated(self, new: Mapping[str, Any]) -> StepCounts:
+        """The values after an update that gave each path in `new` that value.
+
+        The other paths keep theirs. While every path is updated, the groups stay: a group
+        takes its first path's new value, so the caller's math must give the paths of one
+        group equal values (it reads only the group's own values and shared constants).
+        From the first update that leaves some paths out, the values are one per path, as
+        `advanced` keeps counts.
+        """
+        if all(path in new for path in self.layout.index):
+            return StepCounts(self.layout, [new[paths[0]] for paths in self.layout.groups])
+        per = self.per_path()
+        return StepCounts(per.layout, [new.get(p, per[p]) for p in per.layout.order])
+
     def per_path(self) -> StepCounts:
         """The same counts, one value per path."""
         if len(self.layout.groups) == len(self.layout.order):
@@ -148,7 +164,28 @@ def split_where_absent(state: Any, updates: Any) -> Any:
             return x.per_path()
         return x
 
-    return jax.tree.map(split, state, is_leaf=lambda x: isinstance(x, StepCounts))
+    return _aligned(jax.tree.map(split, state, is_leaf=lambda x: isinstance(x, StepCounts)))
+
+
+def aligned(slots: dict[str, Any]) -> dict[str, Any]:
+    """`slots` with its `StepCounts` per path if their groups differ, else as they are.
+
+    Math that reads several shared slots of a path together (schedule-free's count, weight
+    sum and largest rate) keeps them in one grouping: a group's paths then read equal
+    values of all of them. Loading a checkpoint groups each slot by its own values, so
+    their groups can differ; per path they agree again.
+    """
+    shared = [v for v in slots.values() if isinstance(v, StepCounts)]
+    if len({counts.layout for counts in shared}) < 2:
+        return slots
+    return {k: v.per_path() if isinstance(v, StepCounts) else v for k, v in slots.items()}
+
+
+def _aligned(tree: Any) -> Any:
+    """`aligned` applied to every dict of `tree` (a state)."""
+    if isinstance(tree, dict) and not isinstance(tree, StepCounts):
+        return aligned({k: _aligned(v) for k, v in tree.items()})
+    return tree
 
 
 def next_count(count: Any) -> Any:

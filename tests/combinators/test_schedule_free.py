@@ -395,3 +395,47 @@ def test_alternating_two_models_from_one_optimizer_equals_two_optimizers():
         np.testing.assert_array_equal(params[k]["w"], alone[k][0]["w"])
         together = gradtx.eval_params(tx, state, params)[k]["w"]
         np.testing.assert_array_equal(together, gradtx.eval_params(tx, *alone[k][::-1])["w"])
+
+
+def test_the_averaging_scalars_are_kept_once_while_all_paths_step():
+    # Like a step count, the weight sum and the largest rate change only when a path steps:
+    # one value per group of paths that step together, not one per leaf (a tree of 150
+    # leaves passed 300 more scalars in and out of each step, and launched a scalar kernel
+    # per leaf on a GPU).
+    tx = gradtx.schedule_free_adamw(1e-2, warmup_steps=3)
+    params = {f"w{i}": jnp.full((3,), 0.1 * i) for i in range(12)}
+    grads = jax.tree.map(jnp.cos, params)
+    state = tx.init(params)
+    step = jax.jit(lambda s, p: tx.update(grads, s, p))
+    for _ in range(3):
+        updates, state = step(state, params)
+        params = gradtx.apply_updates(params, updates)
+    for name in ("weight_sum", "max_lr", "count"):
+        assert len(jax.tree.leaves(state[name])) == 1, name
+        assert sorted(state[name]) == sorted(params)
+    assert int(state["count"]["w5"]) == 3
+    assert float(state["weight_sum"]["w7"]) > 0
+    # A partial update keeps them per path from then on, each path its own.
+    partial = {**grads, "w0": None}
+    _, after = jax.jit(lambda s, p: tx.update(partial, s, p))(state, params)
+    assert len(jax.tree.leaves(after["weight_sum"])) == 12
+    assert float(after["weight_sum"]["w0"]) == float(state["weight_sum"]["w0"])
+    assert float(after["weight_sum"]["w1"]) > float(state["weight_sum"]["w1"])
+    assert int(after["count"]["w0"]) == 3 and int(after["count"]["w1"]) == 4
+
+
+def test_a_checkpoint_whose_scalars_group_apart_steps_inside_a_cond():
+    # Loading groups each slot by its own values: here the counts of `a` and `b` differ (b
+    # skipped a step) but their weight sums agree (the rate was 0 so far). The scalars are
+    # then read per path, in the update and in `apply_if_finite`'s skipped branch alike.
+    rate = schedules.piecewise_constant(0.0, {3: 1.0})
+    tx = gradtx.apply_if_finite(gradtx.schedule_free_sgd(rate), 3)
+    params = {"a": jnp.ones(2), "b": jnp.ones(2)}
+    state = tx.init(params)
+    _, state = tx.update(jax.tree.map(jnp.ones_like, params), state, params)
+    _, state = tx.update({"a": jnp.ones(2), "b": None}, state, params)
+    loaded, _ = gradtx.load_state_dict(tx, params, gradtx.state_dict(state))
+    assert len(jax.tree.leaves(loaded["inner"]["count"])) == 2
+    assert len(jax.tree.leaves(loaded["inner"]["weight_sum"])) == 1
+    _, new = jax.jit(lambda s: tx.update(jax.tree.map(jnp.ones_like, params), s, params))(loaded)
+    assert {p: int(c) for p, c in new["inner"]["count"].items()} == {"a": 3, "b": 2}
