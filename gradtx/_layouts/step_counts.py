@@ -168,17 +168,24 @@ def split_where_absent(state: Any, updates: Any) -> Any:
 
 
 def aligned(slots: dict[str, Any]) -> dict[str, Any]:
-    """`slots` with its `StepCounts` per path if their groups differ, else as they are.
+    """`slots` with the `StepCounts` of the same paths made per path where their groups differ.
 
     Math that reads several shared slots of a path together (schedule-free's count, weight
     sum and largest rate) keeps them in one grouping: a group's paths then read equal
     values of all of them. Loading a checkpoint groups each slot by its own values, so
     their groups can differ; per path they agree again.
     """
-    shared = [v for v in slots.values() if isinstance(v, StepCounts)]
-    if len({counts.layout for counts in shared}) < 2:
+    layouts: dict[tuple[str, ...], set[CountLayout]] = {}
+    for value in slots.values():
+        if isinstance(value, StepCounts):
+            layouts.setdefault(value.layout.order, set()).add(value.layout)
+    apart = {order for order, found in layouts.items() if len(found) > 1}
+    if not apart:
         return slots
-    return {k: v.per_path() if isinstance(v, StepCounts) else v for k, v in slots.items()}
+    return {
+        k: v.per_path() if isinstance(v, StepCounts) and v.layout.order in apart else v
+        for k, v in slots.items()
+    }
 
 
 def _aligned(tree: Any) -> Any:

@@ -10,7 +10,7 @@ from registry import REGISTRY
 
 import gradtx
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._layouts.step_counts import StepCounts
+from gradtx._layouts.step_counts import StepCounts, group_counts, split_where_absent
 
 
 def _params(n: int = 6) -> dict:
@@ -180,3 +180,22 @@ def test_step_count_slots_start_at_zero_and_advance_by_one(name):
     _, changed = tx.update_leaf(jnp.cos(param), slots, param)
     for key in counts:
         assert int(changed[key]) == 8, key
+
+
+def test_slots_of_the_same_paths_grouped_apart_are_split_before_a_cond():
+    one = jnp.int32(1)
+    together = StepCounts.shared(["a", "b"], one)
+    apart = group_counts({"a": one, "b": jnp.int32(2)})
+    fewer = StepCounts.shared(["a"], one)
+    grads = {"a": jnp.ones(2), "b": jnp.ones(2)}
+    state = {"inner": {"count": together, "weight_sum": apart, "other": fewer}}
+    split = split_where_absent(state, grads)["inner"]
+    # The two slots over a and b, grouped differently, are read per path from now on ...
+    assert len(jax.tree.leaves(split["count"])) == 2
+    assert {p: int(v) for p, v in split["count"].items()} == {"a": 1, "b": 1}
+    assert split["weight_sum"] is apart
+    # ... and a slot over other paths keeps its groups.
+    assert split["other"] is fewer
+    # Grouped alike, nothing changes.
+    alike = {"count": together, "weight_sum": StepCounts.shared(["a", "b"], one)}
+    assert split_where_absent(alike, grads)["count"] is together
