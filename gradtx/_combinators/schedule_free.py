@@ -17,7 +17,7 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
-from gradtx._layouts.step_counts import StepCounts, aligned, next_count
+from gradtx._layouts.step_counts import aligned, next_count
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.scale import ScalarOrSchedule
 
@@ -153,26 +153,18 @@ class ScheduleFree(Transformation):
             new = {"z": z + du, "weight_sum": weight_sum, "max_lr": max_lr}
             return out, {**new, "count": count}
 
-        # The shared scalars go in as plain per-path views, so that the lifting helper keeps
-        # what `step` computes (it would advance a `StepCounts` by one). The paths of a group
-        # read the same scalars: XLA computes their math once, and `updated` keeps one value
-        # per group again.
-        given = aligned({name: state[name] for name in _SLOTS})
-        views = {k: dict(v) if isinstance(v, StepCounts) else v for k, v in given.items()}
+        # The paths of a group read the same scalars: XLA computes their math once, and the
+        # lifting helper keeps one value per group of what `step` returns (`shared_values`).
         new_updates, slots = update_slots(
             step,
             base_updates,
-            views,
+            aligned({name: state[name] for name in _SLOTS}),
             params,
             owner=self.name,
             needs_params=True,
             element_slots=("z",),
+            shared_values=_SHARED,
         )
-        stepped = set(present_paths(base_updates))
-        for name in _SHARED:
-            if isinstance(given[name], StepCounts):
-                new = {p: v for p, v in slots[name].items() if p in stepped}
-                slots[name] = given[name].updated(new)
         return new_updates, {"base": base_state, **slots}
 
     def eval_params(self, state: dict, params: Any) -> Any:

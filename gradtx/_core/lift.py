@@ -289,6 +289,7 @@ def update_slots(
     per_leaf: bool = False,
     masked_update: Callable[..., tuple[Any, dict]] | None = None,
     element_slots: Iterable[str] | None = None,
+    shared_values: Iterable[str] = (),
 ) -> tuple[Any, Slots]:
     """Apply `leaf_update(g, leaf_slots, param) -> (u, new_leaf_slots)` to every present path.
 
@@ -309,6 +310,9 @@ def update_slots(
         element_slots: the slots that hold a value per element of the parameter (default:
             all); the update comes out in the promoted dtype of the gradient and these slots
             (see `update_dtype`), so float32 bookkeeping scalars do not widen it.
+        shared_values: `StepCounts` slots that keep what `leaf_update` returns instead of
+            advancing by one (see `StepCounts.updated`): scalars that change only with the
+            count, which the paths of a group compute alike from the group's values.
 
     Returns:
         The new updates (same structure as `updates`) and the new slots, in which only the
@@ -319,7 +323,8 @@ def update_slots(
     by_path = _params_by_path(params, owner, needs_params)
     if by_path is None:  # with params, the outermost `update` checked them (see protocol.py)
         check_complete(owner, paths, _slot_paths(slots))
-    counts = {name for name, values in slots.items() if isinstance(values, StepCounts)}
+    shared = {name for name in shared_values if isinstance(slots.get(name), StepCounts)}
+    counts = {n for n, values in slots.items() if isinstance(values, StepCounts)} - shared
     new_slots = {name: dict(values) for name, values in slots.items() if name not in counts}
     advanced: set[str] = set()
     read = set(slots) if element_slots is None else set(element_slots)
@@ -379,6 +384,8 @@ def update_slots(
                 new_slots[name][path] = cast(value, leaf_slots[name].dtype)
     for name in counts:
         new_slots[name] = slots[name].advanced(advanced)
+    for name in shared:
+        new_slots[name] = slots[name].updated({p: new_slots[name][p] for p in advanced})
     return treedef.unflatten(out), {name: new_slots[name] for name in slots}
 
 
