@@ -115,8 +115,8 @@ def schedule_free_sgd(
         >>> params = {"w": jnp.ones(2)}
         >>> state = tx.init(params)
         >>> u, state = tx.update({"w": jnp.ones(2)}, state, params)
-        >>> u["w"]  # the first step: the rate is 0.1 / 10
-        Array([-0.01, -0.01], dtype=float32)
+        >>> gradtx.apply_updates(params, u)["w"]  # the first step: the rate is 0.1 / 10
+        Array([0.99, 0.99], dtype=float32)
         >>> sorted(gradtx.state_dict(state))
         ['base/schedule_count/w', 'base/scheduled/learning_rate', 'count/w', 'max_lr/w',
          'weight_sum/w', 'z/w']
