@@ -16,6 +16,7 @@ from gradtx._core.boundary import check_complete, check_leaves, declared, outerm
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.foreign import factory_name, injected_hyperparams, keyed, plain
 from gradtx._core.module import Module, static
+from gradtx._core.statistics import reading_replaced
 from gradtx._core.update_layout import explicit, like_params, like_state
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
@@ -157,7 +158,8 @@ def _laid_out_like_params(update: Any) -> Any:
 
     Each update takes its parameter's layout, each state leaf its own from the step before.
     See gradtx/_core/update_layout.py; a combinator's inner calls leave them as the math
-    made them.
+    made them. The outermost call also has each statistic read the value it replaces, so
+    that a donated state keeps every buffer aliased to its own new value (`reading_replaced`).
     """
 
     @functools.wraps(update)
@@ -165,11 +167,14 @@ def _laid_out_like_params(update: Any) -> Any:
         self: Any, updates: Any, state: Any, params: Any = None, **extra: Any
     ) -> tuple[Any, Any]:
         new_updates, new_state = update(self, updates, state, params, **extra)
-        if outermost() and explicit(updates):
+        if not outermost():
+            return new_updates, new_state
+        if explicit(updates):
             new_state = like_state(new_state, state)
             if params is not None:
                 new_updates = like_params(new_updates, params)
-        return new_updates, new_state
+        # and each statistic keeps its donated buffer (see gradtx/_core/statistics.py)
+        return new_updates, reading_replaced(new_state, state)
 
     return wrapper
 

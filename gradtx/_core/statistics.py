@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["StatisticName", "is_statistics", "statistics"]
+import jax
+from jax import lax
+
+__all__ = ["StatisticName", "is_statistics", "reading_replaced", "statistics"]
 
 
 class StatisticName(str):
@@ -51,3 +54,32 @@ def statistics(
 def is_statistics(x: Any) -> bool:
     """Whether `x` is a statistics dict (made by `statistics`, or rebuilt from its structure)."""
     return isinstance(x, dict) and any(type(k) is StatisticName for k in x)
+
+
+def reading_replaced(new_state: Any, old_state: Any) -> Any:
+    """`new_state` in which each scalar statistic reads the value it replaces.
+
+    A statistic is written and never read, so a jitted step that donates the state leaves
+    its old value unused. JAX drops unused inputs, and their donation with them, then gives
+    the donated buffers left to the outputs of the same shape and dtype in order: behind a
+    statistic, every later scalar goes to the buffer of the one before it, and XLA copies
+    scalars to keep those aliases (4 copies in schedule-free AdamW's step, whose weight sum
+    and largest rate follow the scheduled learning rate). Selecting the new value over the
+    old keeps the old one an input; XLA then removes the select, and each donated buffer
+    takes its own new value. Only plain dicts are searched, as gradtx's states nest them.
+    """
+    if not (isinstance(new_state, dict) and isinstance(old_state, dict)):
+        return new_state
+    return {
+        key: _read(value, old_state[key], type(key) is StatisticName) if key in old_state else value
+        for key, value in new_state.items()
+    }
+
+
+def _read(new: Any, old: Any, statistic: bool) -> Any:
+    if isinstance(new, dict):
+        return reading_replaced(new, old)
+    same = isinstance(new, jax.Array) and isinstance(old, jax.Array)
+    if statistic and same and new.shape == old.shape == () and new.dtype == old.dtype:
+        return lax.select(True, new, old)
+    return new
