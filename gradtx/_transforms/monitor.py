@@ -80,15 +80,19 @@ class Monitor(Transformation):
     def init(self, params: Any) -> dict:
         """Zero statistics; per-path ones for every parameter path present in `params`."""
         reject_packed(params, f"monitor({self.label!r})", "keeps statistics per path")
-        zero = jnp.zeros((), jnp.float32)
+
+        # A buffer per statistic: a donated step donates each (see gradtx/_core/statistics.py).
+        def zero() -> Any:
+            return jnp.zeros((), jnp.float32)
+
         state = {}
         for name in self.stats:
             if name in _PER_PATH:
-                state[name] = statistics({p: zero for p in _present(params)})
+                state[name] = statistics({p: zero() for p in _present(params)})
             else:
-                state[name] = jnp.zeros((), jnp.int32) if name == "nonfinite_count" else zero
+                state[name] = jnp.zeros((), jnp.int32) if name == "nonfinite_count" else zero()
         if "update_ratio" in self.stats:
-            state["global_update_ratio"] = zero
+            state["global_update_ratio"] = zero()
         return statistics(state)
 
     def update(

@@ -147,8 +147,9 @@ class PerExampleLayerNormClip(Transformation):
         """`num_clipped/<path>`: int32 zeros for every non-`None` leaf of `params`."""
         reject_packed(params, self.name, _BATCH_AXIS)
         paths, leaves, _ = flatten(params)
-        zero = jnp.zeros((), jnp.int32)
-        counts = statistics({p: zero for p, x in zip(paths, leaves) if x is not None})
+        # A buffer per path: a donated step donates each (see gradtx/_core/statistics.py).
+        present = (p for p, x in zip(paths, leaves) if x is not None)
+        counts = statistics({p: jnp.zeros((), jnp.int32) for p in present})
         return statistics({"num_clipped": counts})
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
