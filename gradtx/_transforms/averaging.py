@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, static
+from gradtx._layouts.step_counts import next_count
 
 __all__ = ["ema"]
 
@@ -41,7 +42,9 @@ class Ema(ElementwiseTransform):
         )
         if not self.debias:
             return new, {"ema": new}
-        count = slots["count"] + jnp.int32(1)
+        # The count the lifting helper stores (one add for both: the donated count then has
+        # one reader, and XLA writes it in place instead of copying it first).
+        count = next_count(slots["count"])
         u = new / (1 - decay ** count.astype(dtype))
         return u, {"ema": new, "count": count}
 

@@ -35,6 +35,7 @@ COUNTING = {
     "sgd, scheduled": lambda: gradtx.sgd(_schedule(), momentum=0.9),
     "lion, scheduled": lambda: gradtx.lion(_schedule()),
     "ema_params(adam)": lambda: gradtx.ema_params(gradtx.adam(1e-3), 0.99),
+    "ema, debiased": lambda: gradtx.chain(gradtx.ema(0.9), gradtx.sgd(1e-3)),
     "apply_if_finite(adam)": lambda: gradtx.apply_if_finite(gradtx.adam(1e-3), 3),
     "contrib.madgrad": lambda: gradtx.contrib.madgrad(1e-3),
     "contrib.ademamix": lambda: gradtx.contrib.ademamix(1e-3),
