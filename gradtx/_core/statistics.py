@@ -16,6 +16,8 @@ from typing import Any
 import jax
 from jax import lax
 
+from gradtx._paths.paths import map_with_old
+
 __all__ = ["StatisticName", "is_statistics", "reading_replaced", "statistics"]
 
 
@@ -66,20 +68,14 @@ def reading_replaced(new_state: Any, old_state: Any) -> Any:
     scalars to keep those aliases (4 copies in schedule-free AdamW's step, whose weight sum
     and largest rate follow the scheduled learning rate). Selecting the new value over the
     old keeps the old one an input; XLA then removes the select, and each donated buffer
-    takes its own new value. Only plain dicts are searched, as gradtx's states nest them.
+    takes its own new value. A statistic is a leaf whose own key is a `StatisticName`.
     """
-    if not (isinstance(new_state, dict) and isinstance(old_state, dict)):
-        return new_state
-    return {
-        key: _read(value, old_state[key], type(key) is StatisticName) if key in old_state else value
-        for key, value in new_state.items()
-    }
 
+    def read(key_path: tuple, new: Any, old: Any) -> Any:
+        statistic = bool(key_path) and type(getattr(key_path[-1], "key", None)) is StatisticName
+        same = isinstance(new, jax.Array) and isinstance(old, jax.Array)
+        if statistic and same and new.shape == old.shape == () and new.dtype == old.dtype:
+            return lax.select(True, new, old)
+        return new
 
-def _read(new: Any, old: Any, statistic: bool) -> Any:
-    if isinstance(new, dict):
-        return reading_replaced(new, old)
-    same = isinstance(new, jax.Array) and isinstance(old, jax.Array)
-    if statistic and same and new.shape == old.shape == () and new.dtype == old.dtype:
-        return lax.select(True, new, old)
-    return new
+    return map_with_old(read, new_state, old_state)

@@ -18,7 +18,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from gradtx._layouts.packed import spec_axes
-from gradtx._paths.paths import flatten, path_of
+from gradtx._paths.paths import flatten, map_with_old
 
 __all__ = ["explicit", "in_state_layout", "like", "like_params", "like_state", "whole"]
 
@@ -146,11 +146,9 @@ def like_state(new_state: Any, state: Any) -> Any:
     that the math rebuilt from whole arrays (a line search's gradient at its last point) is
     split again where the old one was.
     """
-    old = {path_of(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
-    found, treedef = jax.tree_util.tree_flatten_with_path(new_state)
-    out = []
-    for path, leaf in found:
-        ref = old.get(path_of(path))
+
+    def laid_out(_: tuple, leaf: Any, ref: Any) -> Any:
         same = ref is not None and getattr(ref, "shape", None) == getattr(leaf, "shape", ())
-        out.append(like(leaf, ref) if same and isinstance(leaf, jax.Array) else leaf)
-    return jax.tree.unflatten(treedef, out)
+        return like(leaf, ref) if same and isinstance(leaf, jax.Array) else leaf
+
+    return map_with_old(laid_out, new_state, state)

@@ -14,7 +14,7 @@ True` class attribute), and then only when it flattens to the single child `valu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import jax
@@ -27,6 +27,7 @@ __all__ = [
     "is_path_transparent",
     "is_unit",
     "leaves",
+    "map_with_old",
     "owning_path",
     "path_of",
     "paths",
@@ -76,6 +77,18 @@ def virtual(tree: Any) -> Any:
 def path_of(key_path: tuple) -> str:
     """Render a JAX key path as a gradtx path string (`enc/layers/0/w`)."""
     return jax.tree_util.keystr(key_path, simple=True, separator="/")
+
+
+def map_with_old(fn: Callable[[tuple, Any, Any], Any], new_tree: Any, old_tree: Any) -> Any:
+    """`new_tree` with each leaf replaced by `fn(key_path, leaf, old)`.
+
+    `old` is the leaf of `old_tree` at the same path, or `None` where it has none: a state
+    against the state of the step before, matched by path even where the nodes around a
+    leaf changed (a step count's group split per path).
+    """
+    old = {path_of(kp): leaf for kp, leaf in jax.tree_util.tree_flatten_with_path(old_tree)[0]}
+    found, treedef = jax.tree_util.tree_flatten_with_path(new_tree)
+    return jax.tree.unflatten(treedef, [fn(kp, x, old.get(path_of(kp))) for kp, x in found])
 
 
 def owning_path(key: str, paths: Collection[str]) -> str | None:
