@@ -147,13 +147,34 @@ def accumulation_floor_rows(params: Any, every: int = 4) -> list[dict]:
 
 def monitored_donation_rows(params: Any) -> list[dict]:
     """A step with a pre-step gradient monitor, undonated and with the gradients donated too;
-    then the monitor's other statistics one by one (what each adds to the peak)."""
+    then the monitor's other statistics one by one (what each adds to the peak); then a
+    monitor of Adam's updates, beside optax's Adam and the norm of its updates."""
     rows = []
     for stats in ("global_norm", "max_abs", "nonfinite_count", "norm", "update_ratio"):
         tx = gradtx.chain(gradtx.monitor("grad", stats), gradtx.adam(1e-3))
         donations = [(), (0, 1, 2)] if stats == "global_norm" else [(0, 1, 2)]
         rows += [peak_row(f"monitor({stats}) + adam", tx, params, d) for d in donations]
-    return rows
+    tx = gradtx.chain(gradtx.adam(1e-3), gradtx.monitor("step", "update_ratio"))
+    rows.append(peak_row("adam + monitor(update_ratio)", tx, params, (0, 1, 2)))
+    return rows + [optax_updates_norm_row(params)]
+
+
+def optax_updates_norm_row(params: Any) -> dict:
+    """optax's Adam and `optax.global_norm` of its updates, the comparison for a monitor
+    placed after the optimizer: in both, the updates feed a reduction and the apply."""
+    import optax
+
+    tx = optax.adam(1e-3)
+    state = (jax.eval_shape(tx.init, params), jax.ShapeDtypeStruct((), jnp.float32))
+
+    def step(params: Any, state: tuple, grads: Any) -> tuple[Any, tuple]:
+        updates, inner = tx.update(grads, state[0], params)
+        return optax.apply_updates(params, updates), (inner, optax.global_norm(updates))
+
+    return {
+        "optimizer": "optax adam + global_norm(updates)",
+        **peak_of(step, params, state, (0, 1, 2)),
+    }
 
 
 # --- flat memory over many steps ----------------------------------------------------------------

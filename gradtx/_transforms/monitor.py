@@ -42,6 +42,27 @@ def _squared_norm(x: Any) -> Any:
     return jnp.sum(x * x).astype(jnp.float32)
 
 
+def _read_before_the_apply(updates: Any, param_squares: dict[str, Any]) -> Any:
+    """`updates`, bit for bit, each present leaf computed after its param's sum of squares.
+
+    A donated step writes the new params into the old params' buffers, so XLA must run every
+    reader of the old params first. Nothing orders `update_ratio`'s reduction before the
+    apply, and XLA's CPU and GPU compilers both copied the params instead (an optimization
+    barrier orders it on the GPU only). Subtracting a zero computed from the sum orders it:
+    the sum is >= 0 or NaN, so `min(sum, 0)` is +0 after the NaN is replaced, and
+    `u - (+0)` is `u` (-0, infinities and NaNs included).
+    """
+    paths, leaves, treedef = flatten(updates)
+    tied = []
+    for path, u in zip(paths, leaves):
+        if path in param_squares:
+            square = param_squares[path]
+            zero = jnp.where(jnp.isnan(square), 0.0, jnp.minimum(square, 0.0))
+            u = u - zero.astype(u.dtype)
+        tied.append(u)
+    return treedef.unflatten(tied)
+
+
 def _ratio(update_norm: Any, param_norm: Any) -> Any:
     """`update_norm / param_norm`; 0 where both are 0, infinity where only the param is."""
     safe = jnp.where(param_norm > 0, param_norm, 1.0)
@@ -141,6 +162,7 @@ class Monitor(Transformation):
             new["update_ratio"] = statistics({**state["update_ratio"], **ratios})
             param_total = sum(param_squares.values(), jnp.zeros((), jnp.float32))
             new["global_update_ratio"] = _ratio(jnp.sqrt(total), jnp.sqrt(param_total))
+            updates = _read_before_the_apply(updates, param_squares)
         return updates, statistics(new)
 
 
@@ -164,10 +186,11 @@ def monitor(name: str, stats: tuple[str, ...] | str = ("global_norm",)) -> Monit
       (`update_ratio/<path>`) and over all present paths (`global_update_ratio`); it needs the
       params. A zero param gives 0 for a zero update and infinity otherwise.
 
-    Memory: on XLA's CPU backend `global_norm`, `max_abs` and `norm` add nothing to the
-    compiled step's peak; `nonfinite_count` (a reduction that does not fuse) and
-    `update_ratio` (which reads params a donated step overwrites) can add temporaries up to
-    the gradients' size (`benchmarks/memory.py` measures them).
+    Memory: on XLA's CPU backend `global_norm`, `max_abs`, `norm` and `update_ratio` add
+    nothing to the compiled step's peak; `nonfinite_count` (a reduction that does not fuse)
+    can add a temporary up to the gradients' size (`benchmarks/memory.py` measures them).
+    `update_ratio` hands on updates computed after its reduction of the params, so that a
+    donated step can write the new params in place.
 
     Args:
         name: the monitor's name, the key of its state in a chain (no `/`).
