@@ -11,7 +11,7 @@ from jax import lax
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
 from gradtx._core.update_layout import like
-from gradtx._transforms.linesearch import Linesearch, check_steps, report
+from gradtx._transforms.linesearch import Line, Linesearch, check_steps, report
 
 __all__ = ["scale_by_backtracking_linesearch"]
 
@@ -78,7 +78,7 @@ class ScaleByBacktrackingLinesearch(Linesearch):
             "trial": start,
             "eta": start,
             "value": f0,
-            "grads": list(line.grad0) if self.store_grad else None,
+            "grads": _overwritten_grads(line, state) if self.store_grad else None,
             "accepted": jnp.zeros((), bool),
         }
         carry = lax.while_loop(keep_going, body, carry)
@@ -88,6 +88,16 @@ class ScaleByBacktrackingLinesearch(Linesearch):
             report(self.name, ~carry["accepted"], carry["eta"], error)
         info = {"num_linesearch_steps": carry["step"], "decrease_error": error}
         return self.finish(line, state, carry["eta"], carry["value"], carry["grads"], info)
+
+
+def _overwritten_grads(line: Line, state: dict) -> list:
+    """The loop's first gradients: the stored ones, which its first trial always replaces.
+
+    The loop writes its gradients in place. Started from the incoming gradients, which the
+    step does not own, XLA copied them into the loop; the stored gradients are the state's,
+    so a donated step hands their buffers to the loop.
+    """
+    return [cast(state["grad"][p], d.dtype) for p, d in zip(line.paths, line.directions)]
 
 
 def scale_by_backtracking_linesearch(
