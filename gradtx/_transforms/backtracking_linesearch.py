@@ -95,9 +95,14 @@ def _overwritten_grads(line: Line, state: dict) -> list:
 
     The loop writes its gradients in place. Started from the incoming gradients, which the
     step does not own, XLA copied them into the loop; the stored gradients are the state's,
-    so a donated step hands their buffers to the loop.
+    so a donated step hands their buffers to the loop. A path the state lacks, or holds in
+    another shape, starts from its incoming gradient; `finish` then names it.
     """
-    return [cast(state["grad"][p], d.dtype) for p, d in zip(line.paths, line.directions)]
+    stored = state["grad"]
+    return [
+        cast(stored[p], d.dtype) if p in stored and jnp.shape(stored[p]) == d.shape else g
+        for p, d, g in zip(line.paths, line.directions, line.grad0)
+    ]
 
 
 def scale_by_backtracking_linesearch(

@@ -186,11 +186,12 @@ def monitor(name: str, stats: tuple[str, ...] | str = ("global_norm",)) -> Monit
       (`update_ratio/<path>`) and over all present paths (`global_update_ratio`); it needs the
       params. A zero param gives 0 for a zero update and infinity otherwise.
 
-    Memory: on XLA's CPU backend `global_norm`, `max_abs`, `norm` and `update_ratio` add
-    nothing to the compiled step's peak; `nonfinite_count` (a reduction that does not fuse)
-    can add a temporary up to the gradients' size (`benchmarks/memory.py` measures them).
-    `update_ratio` hands on updates computed after its reduction of the params, so that a
-    donated step can write the new params in place.
+    Memory (XLA's CPU backend, `benchmarks/memory.py`): before the optimizer, `global_norm`,
+    `max_abs`, `norm` and `update_ratio` add nothing to the compiled step's peak, and
+    `nonfinite_count` (a reduction that does not fuse) adds a temporary up to the gradients'
+    size. After the optimizer, any statistic keeps the updates in memory until the apply
+    reads them, as a norm of optax's updates does. `update_ratio` hands on updates computed
+    after its reduction of the params, so that a donated step writes the params in place.
 
     Args:
         name: the monitor's name, the key of its state in a chain (no `/`).
