@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compiled import donated_step_program
 from registry import NON_TRANSFORMATIONS, PER_NAME, REGISTRY, covered_names
 
 import gradtx
@@ -517,14 +518,7 @@ FLOAT_ARRAY_COPY = re.compile(r"= (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\]\S* co
 
 def _float_array_copies(tx: Any, apply: Any) -> int:
     """How many float arrays XLA copies in `tx`'s jitted step with params and state donated."""
-
-    def step(params, state, grads):
-        updates, state = tx.update(grads, state, params)
-        return apply(params, updates), state
-
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(PARAMS, tx.init(PARAMS), GRADS[0])
-    hlo = lowered.compile().as_text()
-    return len(FLOAT_ARRAY_COPY.findall(hlo[hlo.index("ENTRY") :]))
+    return len(FLOAT_ARRAY_COPY.findall(donated_step_program(tx, PARAMS, GRADS[0], apply)))
 
 
 @pytest.mark.parametrize("entry", NAMES_WITH_ORACLES)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compiled import donated_step_program
 
 import gradtx
 from gradtx._layouts.step_counts import next_count
@@ -54,16 +55,6 @@ def _laid_out(tree: dict, layout: str):
     return gradtx.pack(tree) if layout == "packed" else tree
 
 
-def _compiled_step(tx, params, grads) -> str:
-    def step(p, s, g):
-        updates, s = tx.update(g, s, p)
-        return gradtx.apply_updates(p, updates), s
-
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params), grads)
-    hlo = lowered.compile().as_text()
-    return hlo[hlo.index("ENTRY") :]
-
-
 @pytest.mark.parametrize("layout", ["tree", "packed", "bucketed"])
 @pytest.mark.parametrize("name", sorted(COUNTING))
 def test_a_donated_step_writes_its_counts_in_place(name, layout):
@@ -75,7 +66,7 @@ def test_a_donated_step_writes_its_counts_in_place(name, layout):
         tx = gradtx.bucketed(tx)
     params = _laid_out(_params(), layout)
     grads = jax.tree.map(lambda x: 0.1 * jnp.ones_like(x), params)
-    entry = _compiled_step(tx, params, grads)
+    entry = donated_step_program(tx, params, grads)
     assert "s32[] parameter(" in entry  # it does carry a count
     assert re.findall(r"= s32\[\] copy\(", entry) == []
 
