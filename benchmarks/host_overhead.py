@@ -11,9 +11,11 @@ calls is issued back to back and waited for once, as a training loop issues them
 figure is the time per step of a loop bound by the host.
 
 Each library's donated step is built twice (two copies, each compiled and with buffers of
-its own), and the four copies' blocks alternate, their order reversed every round. A copy's
+its own), and the copies' blocks alternate, their order reversed every round. A copy's
 figure is its fastest block: the slower ones are the machine's noise. The two copies of one
-library measure the harness's spread.
+library measure the harness's spread. Where gradtx's state keeps statistics (the clipped
+chain's norm and whether it clipped, a schedule's last value), a third variant times
+`gradtx.without_statistics` of the same transformation ("lean"), the state optax keeps.
 """
 
 from __future__ import annotations
@@ -29,19 +31,29 @@ from benchmarks import workloads as W
 from benchmarks.results import write_json
 from benchmarks.run import _copy, step_fn
 
-LIBS = ("gradtx", "optax")
+
+def _variants(config: C.Config, workload: W.Workload) -> dict[str, Any]:
+    """Each variant's transformation: gradtx, its lean form where it differs, optax."""
+    import gradtx
+
+    tx = config.gradtx(workload)
+    lean = gradtx.without_statistics(tx)
+    params = workload.params(0)
+    out = {"gradtx": tx}
+    if jax.tree.structure(lean.init(params)) != jax.tree.structure(tx.init(params)):
+        out["lean"] = lean
+    return {**out, "optax": config.optax(workload)}
 
 
 class Copy:
-    """One library's donated step, with its own compiled program and buffers."""
+    """One variant's donated step, with its own compiled program and buffers."""
 
-    def __init__(self, lib: str, config: C.Config, workload: W.Workload) -> None:
+    def __init__(self, lib: str, tx: Any, workload: W.Workload) -> None:
         import optax
 
         import gradtx
 
-        tx = getattr(config, lib)(workload)
-        apply = gradtx.apply_updates if lib == "gradtx" else optax.apply_updates
+        apply = optax.apply_updates if lib == "optax" else gradtx.apply_updates
         params = workload.params(0)
         self.grads = workload.params(1)
         self.step = jax.jit(step_fn(tx, apply), donate_argnums=(0, 1))
@@ -60,8 +72,9 @@ class Copy:
 
 
 def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> dict:
-    """Microseconds per step of each copy, the gradtx/optax ratio and each library's spread."""
-    copies = [Copy(lib, config, workload) for lib in LIBS for _ in "ab"]
+    """Microseconds per step of each copy, the ratios to optax and each variant's spread."""
+    variants = _variants(config, workload)
+    copies = [Copy(lib, tx, workload) for lib, tx in variants.items() for _ in "ab"]
     for copy in copies:  # warm-up blocks, not kept
         copy.time(calls)
         copy.blocks.clear()
@@ -70,19 +83,22 @@ def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> 
             copy.time(calls)
     us = [min(copy.blocks) * 1e6 for copy in copies]
     row: dict[str, Any] = {"workload": workload.name, "config": config.name}
-    for i, lib in enumerate(LIBS):
+    for i, lib in enumerate(variants):
         first, second = us[2 * i], us[2 * i + 1]
         row[f"{lib}_us"] = min(first, second)
         row[f"{lib}_spread"] = max(first, second) / min(first, second)
         row[f"{lib}_arrays_out"] = copies[2 * i].arrays
     row["ratio"] = row["gradtx_us"] / row["optax_us"]
+    if "lean" in variants:
+        row["lean_ratio"] = row["lean_us"] / row["optax_us"]
     return row
 
 
 def format_row(row: dict) -> str:
+    lean = f"{row['lean_us']:>9.1f}{row['lean_ratio']:>7.2f}" if "lean_us" in row else f"{'-':>16}"
     return (
         f"{row['config']:<28}{row['gradtx_us']:>9.1f}{row['optax_us']:>9.1f}{row['ratio']:>7.2f}"
-        f"{row['gradtx_spread']:>8.2f}{row['optax_spread']:>8.2f}"
+        f"{lean}{row['gradtx_spread']:>8.2f}{row['optax_spread']:>8.2f}"
         f"{row['gradtx_arrays_out']:>6}{row['optax_arrays_out']:>6}"
     )
 
@@ -102,9 +118,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ]
     print(f"jax {jax.__version__} on {jax.default_backend()}: {workload.name}, microseconds per")
     print("step of back-to-back donated steps (fastest of each copy's blocks); spread: one")
-    print("library's two copies apart; out: arrays each step returns")
+    print("library's two copies apart; lean: gradtx without statistics, where it differs;")
+    print("out: arrays each step returns")
     print(
-        f"{'config':<28}{'gradtx':>9}{'optax':>9}{'ratio':>7}"
+        f"{'config':<28}{'gradtx':>9}{'optax':>9}{'ratio':>7}{'lean':>9}{'ratio':>7}"
         f"{'gtx sp':>8}{'opx sp':>8}{'gtx':>6}{'opx':>6}"
     )
     rows = []

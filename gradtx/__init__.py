@@ -14,6 +14,7 @@ from gradtx._combinators.masked import masked
 from gradtx._combinators.partition import multi_transform, partition
 from gradtx._combinators.schedule_free import schedule_free
 from gradtx._combinators.skip_predicates import skip_large_updates, skip_not_finite
+from gradtx._combinators.without_statistics import without_statistics
 from gradtx._core.apply import apply_updates
 from gradtx._core.protocol import Transformation
 from gradtx._core.target_updates import incremental_update, periodic_update
@@ -242,6 +243,7 @@ __all__ = [
     "unitwise_clip",
     "unitwise_norm",
     "value_and_grad_from_state",
+    "without_statistics",
     "yogi",
     "zero_nans",
 ]

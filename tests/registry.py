@@ -66,6 +66,8 @@ NON_TRANSFORMATIONS = frozenset(
         "projections",
         # Reads a line search's value and gradient from the state (transforms/test_lbfgs.py).
         "value_and_grad_from_state",
+        # Rebuilds a transformation without its statistics (tests/state/test_without_statistics.py).
+        "without_statistics",
         # AGC's helpers on arrays (tests/transforms/test_catalogue_round_two.py).
         "unitwise_norm",
         "unitwise_clip",

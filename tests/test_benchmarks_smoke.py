@@ -125,7 +125,7 @@ def test_spread_times_one_library_against_itself(monkeypatch):
 
 def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
     """The host-bound step: each library's time per step and the spread of its two copies; the
-    clipped chain returns its three statistics besides optax's arrays."""
+    clipped chain returns its three statistics besides optax's arrays, its lean form none."""
     monkeypatch.syspath_prepend(str(ROOT))
     from benchmarks import configs, host_overhead, workloads
 
@@ -136,6 +136,8 @@ def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
     assert all(0 < row[f"{lib}_spread"] < float("inf") for lib in ("gradtx", "optax"))
     # params, count, mu, nu, schedule count; gradtx adds global_norm, clipped, learning_rate
     assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
+    assert row["lean_arrays_out"] == 5 and row["lean_ratio"] == row["lean_us"] / row["optax_us"]
+    print(host_overhead.format_row(row))
 
 
 def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):

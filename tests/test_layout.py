@@ -110,7 +110,8 @@ gradtx.tree.get gradtx.tree.map_with_path gradtx.tree.max gradtx.tree.min gradtx
 gradtx.tree.norm gradtx.tree.ones_like gradtx.tree.scale gradtx.tree.set gradtx.tree.size
 gradtx.tree.sub gradtx.tree.sum gradtx.tree.vdot gradtx.tree.where gradtx.tree.zeros_like
 gradtx.tree_map_params
-gradtx.unitwise_clip gradtx.unitwise_norm gradtx.value_and_grad_from_state gradtx.yogi
+gradtx.unitwise_clip gradtx.unitwise_norm gradtx.value_and_grad_from_state gradtx.without_statistics
+gradtx.yogi
 gradtx.zero_nans
 """.split()
 

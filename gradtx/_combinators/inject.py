@@ -12,9 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._combinators.without_statistics import without_statistics
 from gradtx._core.module import Module, as_float, static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
+from gradtx._core.statistics import KeepsStatistics
 from gradtx._paths.selectors import Selector
 from gradtx._schedules.base import FunctionSchedule, Schedule
 from gradtx._schedules.stateful import (
@@ -93,14 +95,19 @@ def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
     return False
 
 
-class InjectHyperparams(Transformation):
-    """A transformation rebuilt every step from hyperparameters kept in its state."""
+class InjectHyperparams(Transformation, KeepsStatistics):
+    """A transformation rebuilt every step from hyperparameters kept in its state.
+
+    Without statistics (`keep_statistics=False`), the inner transformation is built without
+    them (`gradtx.without_statistics`); the hyperparameters stay in the state.
+    """
 
     factory: Callable = static(None)
     hparams: dict = None  # type: ignore[assignment]  # name -> float32 value or a schedule
     static_kwargs: tuple = static(())  # ((name, StaticValue), ...)
     dtype: Any = static(None)
     label: str = static("inject_hyperparams")
+    keep_statistics: bool = static(True)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -150,8 +157,8 @@ class InjectHyperparams(Transformation):
     def build(self, values: dict[str, Any]) -> Transformation:
         """The inner transformation for the given hyperparameter values."""
         kwargs = {name: s.value for name, s in self.static_kwargs}
-        built = self.factory(**values, **kwargs)
-        return as_transformation(built, f"inject_hyperparams({self.label})")
+        built = as_transformation(self.factory(**values, **kwargs), self._owner())
+        return built if self.keep_statistics else without_statistics(built)
 
     def init(self, params: Any) -> InjectState:
         """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""

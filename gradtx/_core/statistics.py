@@ -18,7 +18,27 @@ from jax import lax
 
 from gradtx._paths.paths import map_with_old
 
-__all__ = ["StatisticName", "is_statistics", "reading_replaced", "statistics"]
+__all__ = [
+    "KeepsStatistics",
+    "StatisticName",
+    "is_statistics",
+    "reading_replaced",
+    "statistics",
+]
+
+
+class KeepsStatistics:
+    """A transformation whose state keeps statistics that its step never reads.
+
+    Each such class has a static field `keep_statistics` (default `True`); set to `False`,
+    its state holds none of them and its step computes none (`gradtx.without_statistics`).
+    """
+
+    __slots__ = ()
+
+    def without_statistics(self) -> Any:
+        """This transformation, its state without the statistics."""
+        return self.replace(keep_statistics=False)  # type: ignore[attr-defined]
 
 
 class StatisticName(str):

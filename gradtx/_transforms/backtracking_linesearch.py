@@ -29,6 +29,7 @@ class ScaleByBacktrackingLinesearch(Linesearch):
     rtol: Any = hyperparam(0.0)
     store_grad: bool = static(False)
     verbose: bool = static(False)
+    keep_statistics: bool = static(True)
 
     def __check__(self) -> None:
         check_steps(self.max_backtracking_steps, "max_backtracking_steps")

@@ -10,8 +10,8 @@ from jax import lax
 
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype, map_updates, split_explicitly
-from gradtx._core.module import hyperparam, positive
-from gradtx._core.statistics import statistics
+from gradtx._core.module import hyperparam, positive, static
+from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._core.widening import narrow_source
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import LARGE_LEAF, concatenate
@@ -94,18 +94,21 @@ class Clip(ElementwiseTransform):
         return cast(jnp.clip(cast(g, limit.dtype), -limit, limit), g.dtype), {}
 
 
-class ClipByGlobalNorm(ElementwiseTransform):
+class ClipByGlobalNorm(ElementwiseTransform, KeepsStatistics):
     """Rescale all updates together so their global norm is at most `max_norm`."""
 
     name: ClassVar[str] = "clip_by_global_norm"
     max_norm: Any = hyperparam(check=positive)
+    keep_statistics: bool = static(True)
 
     def state_keys(self) -> tuple[str, ...]:
-        """The statistics `global_norm` and `clipped`."""
-        return ("global_norm", "clipped")
+        """The statistics `global_norm` and `clipped` (none without statistics)."""
+        return ("global_norm", "clipped") if self.keep_statistics else ()
 
     def init(self, params: Any) -> dict:
         """The last updates' norm before clipping, and whether that step clipped them."""
+        if not self.keep_statistics:
+            return {}
         return statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
@@ -119,6 +122,8 @@ class ClipByGlobalNorm(ElementwiseTransform):
             return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
 
         new_updates = map_updates(clipped, updates, owner=self.name)
+        if not self.keep_statistics:
+            return new_updates, {}
         return new_updates, statistics(global_norm=norm, clipped=norm > self.max_norm)
 
 
@@ -141,7 +146,7 @@ def clip_by_global_norm(max_norm: float) -> ClipByGlobalNorm:
     $u = g \cdot \min(1, \mathrm{max\_norm} / \lVert g \rVert_2)$, the norm taken over every
     present leaf together. The pre-clip norm is kept in the state as the statistic
     `global_norm`, and whether the step clipped as `clipped`, so both can be logged after the
-    step (`gradtx.stats`).
+    step (`gradtx.stats`); `gradtx.without_statistics` leaves them out.
 
     Args:
         max_norm: the largest global norm the updates may have.

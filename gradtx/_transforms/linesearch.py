@@ -29,7 +29,7 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.protocol import Transformation, check_state_keys
-from gradtx._core.statistics import statistics
+from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, path_of
@@ -194,8 +194,12 @@ class Line:
         return cast(value, self.dtype)
 
 
-class Linesearch(Transformation):
-    """Shared `init` and bookkeeping of the line searches (see their factories)."""
+class Linesearch(Transformation, KeepsStatistics):
+    """Shared `init` and bookkeeping of the line searches (see their factories).
+
+    Subclasses declare the static field `keep_statistics`; without statistics, the state
+    holds no `info`.
+    """
 
     name: ClassVar[str] = "linesearch"
     info_keys: ClassVar[tuple[str, ...]] = ("num_linesearch_steps", "decrease_error")
@@ -206,7 +210,8 @@ class Linesearch(Transformation):
 
     def state_keys(self) -> tuple[str, ...]:
         """The last step size and value, the gradient per path, and the search's `info`."""
-        return ("learning_rate", "value", *(("grad",) if self.keeps_grad() else ()), "info")
+        info = ("info",) if self.keep_statistics else ()
+        return ("learning_rate", "value", *(("grad",) if self.keeps_grad() else ()), *info)
 
     def init(self, params: Any) -> dict:
         """Step size 1, value `inf` (nothing evaluated yet), zero gradients."""
@@ -217,6 +222,8 @@ class Linesearch(Transformation):
             state = init_slots(params, lambda p: {"grad": zeros_for(p)}, ("grad",))
         state["learning_rate"] = jnp.ones((), dtype)
         state["value"] = jnp.full((), jnp.inf, dtype)
+        if not self.keep_statistics:
+            return state
         state["info"] = statistics(
             {
                 k: jnp.zeros((), jnp.int32)
@@ -251,7 +258,9 @@ class Linesearch(Transformation):
         self, line: Line, state: dict, eta: Any, value: Any, grads: list | None, info: dict
     ) -> tuple[Any, dict]:
         """The updates times `eta`, and the state holding `eta`, the value and gradients."""
-        new_state = {"learning_rate": eta, "value": value, "info": statistics(info)}
+        new_state = {"learning_rate": eta, "value": value}
+        if self.keep_statistics:
+            new_state["info"] = statistics(info)
         if grads is None:
             return line.step(eta, line.params), new_state
         found = iter(grads)

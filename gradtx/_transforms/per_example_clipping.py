@@ -11,7 +11,7 @@ import numpy as np
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, positive, static
 from gradtx._core.protocol import Transformation
-from gradtx._core.statistics import statistics
+from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.complex import reject_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
@@ -132,20 +132,23 @@ def per_example_global_norm_clip(l2_norm_clip: float) -> PerExampleGlobalNormCli
     return PerExampleGlobalNormClip(l2_norm_clip)
 
 
-class PerExampleLayerNormClip(Transformation):
+class PerExampleLayerNormClip(Transformation, KeepsStatistics):
     """Clip each example's leaves, sum over the batch (see `per_example_layer_norm_clip`)."""
 
     name: ClassVar[str] = "per_example_layer_norm_clip"
     global_l2_norm_clip: Any = hyperparam(check=positive)
     uniform: bool = static(True)
+    keep_statistics: bool = static(True)
 
     def state_keys(self) -> tuple[str, ...]:
-        """The per-path statistic `num_clipped`."""
-        return ("num_clipped",)
+        """The per-path statistic `num_clipped` (none without statistics)."""
+        return ("num_clipped",) if self.keep_statistics else ()
 
     def init(self, params: Any) -> dict:
         """`num_clipped/<path>`: int32 zeros for every non-`None` leaf of `params`."""
         reject_packed(params, self.name, _BATCH_AXIS)
+        if not self.keep_statistics:
+            return {}
         paths, leaves, _ = flatten(params)
         # A buffer per path: a donated step donates each (see gradtx/_core/statistics.py).
         present = (p for p, x in zip(paths, leaves) if x is not None)
@@ -154,21 +157,23 @@ class PerExampleLayerNormClip(Transformation):
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """Sum over the leading batch axis of the per-example gradients, each layer clipped."""
-        if not isinstance(state, dict) or not isinstance(state.get("num_clipped"), dict):
+        recorded = isinstance(state, dict) and isinstance(state.get("num_clipped"), dict)
+        if self.keep_statistics and not recorded:
             raise KeyError(
                 f"{self.name}: expected the state made by its init, with per-path entries "
                 "'num_clipped'."
             )
         paths, leaves, treedef, present = _per_example_leaves(updates, self.name)
         _batch_size(present, self.name)
-        unknown = [p for p, _ in present if p not in state["num_clipped"]]
+        counts = dict(state["num_clipped"]) if self.keep_statistics else {}
+        unknown = [p for p, _ in present if self.keep_statistics and p not in counts]
         if unknown:
             raise KeyError(
                 f"{self.name}: the state has no entry for path {unknown[0]!r}; the params "
                 "changed since init (call `gradtx.reconcile(tx, state, params)`)."
             )
         clips = _layer_clips(present, self.uniform)
-        out, counts = {}, dict(state["num_clipped"])
+        out = {}
         for path, g in present:
             dtype = compute_dtype(g)
             clip = self.global_l2_norm_clip.astype(dtype) * jnp.asarray(clips[path], dtype)
@@ -176,6 +181,8 @@ class PerExampleLayerNormClip(Transformation):
             out[path] = _clipped_sum(factors, g, dtype)
             counts[path] = jnp.sum(over, dtype=jnp.int32)
         new = treedef.unflatten([out.get(p) for p in paths])
+        if not self.keep_statistics:
+            return new, {}
         return new, statistics({**state, "num_clipped": statistics(counts)})
 
 

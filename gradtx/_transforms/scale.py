@@ -12,7 +12,7 @@ from jax import lax
 from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import Module, as_float, hyperparam, static
-from gradtx._core.statistics import statistics
+from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.step_counts import next_count
 
 __all__ = [
@@ -83,13 +83,14 @@ def _count_slot(param: Any) -> dict[str, Any]:
     return {"schedule_count": jnp.zeros((), jnp.int32)}
 
 
-class RecordsScheduledValue(ElementwiseTransform):
+class RecordsScheduledValue(ElementwiseTransform, KeepsStatistics):
     """A scheduled factor that also keeps its value at the last step, for `gradtx.stats`.
 
     With a schedule, the state holds the per-path `schedule_count` slot and `scheduled`, a
     statistics dict with the schedule's value at the last step of the paths that have taken the
     most steps (all paths, unless updates were partial); before the first step, the value at
-    step 0. `gradtx.stats` reads it as `scheduled/learning_rate`.
+    step 0. `gradtx.stats` reads it as `scheduled/learning_rate`. Subclasses declare the
+    static field `keep_statistics`; without statistics, `scheduled` is left out.
     """
 
     recorded: ClassVar[str]  # the statistic's name
@@ -104,7 +105,8 @@ class RecordsScheduledValue(ElementwiseTransform):
 
     def state_keys(self) -> tuple[str, ...]:
         """`schedule_count` and `scheduled` when scheduled, else nothing."""
-        return self.slot_keys() + (("scheduled",) if self.slot_keys() else ())
+        recorded = self.slot_keys() and self.keep_statistics
+        return self.slot_keys() + (("scheduled",) if recorded else ())
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero step count when scheduled."""
@@ -113,10 +115,14 @@ class RecordsScheduledValue(ElementwiseTransform):
     def init(self, params: Any) -> dict:
         """The count slots, and the schedule's value at step 0."""
         state = super().init(params)
-        if not self.slot_keys():
+        if "scheduled" not in self.state_keys():
             return state
         zero = jnp.zeros((), jnp.int32)
         return {**state, "scheduled": statistics({self.recorded: self._value_at(zero)})}
+
+    def without_statistics(self) -> Any:
+        """Without the recorded value; a constant factor records none and stays as it is."""
+        return super().without_statistics() if self.slot_keys() else self
 
     def _value_at(self, step: Any) -> Any:
         return jnp.asarray(hyperparam_at(self._schedule(), step), jnp.float32)
@@ -130,6 +136,8 @@ class RecordsScheduledValue(ElementwiseTransform):
             return self.transform_slots(updates, state, params)
         slots = {"schedule_count": state["schedule_count"]}
         new_updates, new = self.transform_slots(updates, slots, params)
+        if "scheduled" not in self.state_keys():
+            return new_updates, new
         counts = jax.tree.leaves(new["schedule_count"])
         recorded = state["scheduled"]
         if counts:  # the most advanced paths' last step (one count while all step together)
@@ -146,6 +154,7 @@ class ScaleBySchedule(RecordsScheduledValue):
 
     name: ClassVar[str] = "scale_by_schedule"
     step_size_fn: Any = hyperparam()
+    keep_statistics: bool = static(True)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = schedule(count) * g`, then `count += 1`."""
@@ -161,6 +170,7 @@ class ScaleByLearningRate(RecordsScheduledValue):
     name: ClassVar[str] = "scale_by_learning_rate"
     learning_rate: Any = hyperparam(required=True)
     flip_sign: bool = static(True)
+    keep_statistics: bool = static(True)
 
     def update(
         self, updates: Any, state: dict, params: Any = None, **extra: Any

@@ -97,6 +97,7 @@ class ScaleByZoomLinesearch(Linesearch):
     stepsize_precision: Any = hyperparam(1e-5)
     initial_guess_strategy: str = static("keep", converter=_strategy)
     verbose: bool = static(False)
+    keep_statistics: bool = static(True)
 
     def __check__(self) -> None:
         check_steps(self.max_linesearch_steps, "max_linesearch_steps")
