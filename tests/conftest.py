@@ -1,12 +1,14 @@
-"""Strict settings for every test (dtype and rank promotion must be explicit), faster-compiling
-XLA settings (tests/xla_settings.py), one compilation cache shared by the run's processes, and
-a bound on the compiled programs one process holds."""
+"""Strict settings for every test (dtype and rank promotion must be explicit), test data seeded
+per test, faster-compiling XLA settings (tests/xla_settings.py), one compilation cache shared
+by the run's processes, and a bound on the compiled programs one process holds."""
 
 import os
 import shutil
 import tempfile
+import zlib
 
 import jax
+import numpy as np
 import pytest
 from xla_settings import fast_compile_flags_set, use_fast_compile_flags
 
@@ -70,6 +72,17 @@ def _release_compiled_programs():
     yield
     if _mapping_count() > _MAX_MAPS:
         jax.clear_caches()
+
+
+# --- test data that does not depend on the order of the tests ---------------------------------
+# A module's generator `RNG` gives each test the draws the tests before it left. Which tests
+# those are depends on the selection (`-k`) and on how pytest-xdist shares them out, and a test
+# that passed in one order failed in another (a sum of clipped examples that cancelled).
+# Each test starts the generator again from a seed of its own id.
+@pytest.fixture(autouse=True)
+def _rng_seeded_per_test(request: pytest.FixtureRequest) -> None:
+    if isinstance(getattr(request.module, "RNG", None), np.random.Generator):
+        request.module.RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 # --- the longest tests first ---------------------------------------------------------------------

@@ -49,6 +49,7 @@ def stats(state: Any) -> dict[str, jax.Array]:
     `grad/norm/enc/w`, ...) and those that transformations keep anyway: the pre-clip norm of
     `clip_by_global_norm` and whether it clipped, the skipped-step counts of `apply_if_finite`
     (`notfinite_count`, consecutive; `total_notfinite`) and whether its last step was finite,
+    the number of examples the per-example clipping transformations clipped (`num_clipped`),
     the hyperparameters of `inject_hyperparams` as used at the last step (a scheduled
     learning rate's current value), and the value a plain schedule gave the last step
     (`scheduled/learning_rate` for `adamw(schedule)`, `scheduled/step_size` for

@@ -21,24 +21,27 @@ __all__ = ["per_example_global_norm_clip", "per_example_layer_norm_clip"]
 _BATCH_AXIS = "takes per-example gradients with a leading batch axis"
 
 
-class PerExampleGlobalNormClip(Transformation):
+class PerExampleGlobalNormClip(Transformation, KeepsStatistics):
     """Clip each example's gradient, sum over the batch (see `per_example_global_norm_clip`)."""
 
     name: ClassVar[str] = "per_example_global_norm_clip"
     l2_norm_clip: Any = hyperparam(check=positive)
+    keep_statistics: bool = static(True)
 
     def state_keys(self) -> tuple[str, ...]:
-        """The statistic `num_clipped`."""
-        return ("num_clipped",)
+        """The statistic `num_clipped` (none without statistics)."""
+        return ("num_clipped",) if self.keep_statistics else ()
 
     def init(self, params: Any) -> dict:
         """The statistic `num_clipped` (int32: how many examples the last update clipped)."""
         reject_packed(params, self.name, _BATCH_AXIS)
-        return {"num_clipped": jnp.zeros((), jnp.int32)}
+        if not self.keep_statistics:
+            return {}
+        return statistics(num_clipped=jnp.zeros((), jnp.int32))
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Sum over the leading batch axis of the per-example gradients, each clipped."""
-        if not isinstance(state, dict) or "num_clipped" not in state:
+        if self.keep_statistics and (not isinstance(state, dict) or "num_clipped" not in state):
             raise KeyError(
                 f"{self.name}: expected the state made by its init, with key 'num_clipped'."
             )
@@ -46,13 +49,27 @@ class PerExampleGlobalNormClip(Transformation):
         batch = _batch_size(present, self.name)
         if not present:
             return updates, state
-        dtype = compute_dtype(*(g for _, g in present))
-        total = jnp.zeros((batch,), dtype)
-        for _, g in present:
-            total = total + _example_squares(g, dtype)
-        factors, over = _clip_factors(jnp.sqrt(total), self.l2_norm_clip.astype(dtype))
-        out = [None if g is None else _clipped_sum(factors, g, dtype) for g in leaves]
-        return treedef.unflatten(out), {**state, "num_clipped": jnp.sum(over, dtype=jnp.int32)}
+        summed, num_clipped = _globally_clipped_sum(present, leaves, batch, self.l2_norm_clip)
+        if not self.keep_statistics:
+            return treedef.unflatten(summed), {}
+        return treedef.unflatten(summed), statistics({**state, "num_clipped": num_clipped})
+
+
+def _globally_clipped_sum(
+    present: list[tuple[str, Any]], leaves: list, batch: int, l2_norm_clip: Any
+) -> tuple[list, Any]:
+    """The per-example sums of `leaves`, each example clipped to a global norm.
+
+    Returns each leaf's sum over the batch (`None` where `leaves` has none) and how many
+    examples were clipped (int32).
+    """
+    dtype = compute_dtype(*(g for _, g in present))
+    total = jnp.zeros((batch,), dtype)
+    for _, g in present:
+        total = total + _example_squares(g, dtype)
+    factors, over = _clip_factors(jnp.sqrt(total), l2_norm_clip.astype(dtype))
+    summed = [None if g is None else _clipped_sum(factors, g, dtype) for g in leaves]
+    return summed, jnp.sum(over, dtype=jnp.int32)
 
 
 def _example_squares(g: Any, dtype: Any) -> Any:
@@ -117,7 +134,8 @@ def per_example_global_norm_clip(l2_norm_clip: float) -> PerExampleGlobalNormCli
         l2_norm_clip: the largest global norm $C$ of one example's gradient.
 
     State:
-        `num_clipped`: an int32 statistic, the number of examples the last update clipped.
+        `num_clipped`: an int32 statistic, the number of examples the last update clipped
+        (reported by `gradtx.stats`, left out by `gradtx.without_statistics`).
 
     Examples:
         >>> tx = gradtx.per_example_global_norm_clip(1.25)

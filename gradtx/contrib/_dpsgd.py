@@ -9,14 +9,15 @@ import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import compute_dtype, init_slots, update_slots
-from gradtx._core.module import field, hyperparam, non_negative, positive
+from gradtx._core.module import field, hyperparam, non_negative, positive, static
 from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.noise import _raw_key, path_key
 from gradtx._transforms.per_example_clipping import (
-    PerExampleGlobalNormClip,
     _batch_size,
+    _globally_clipped_sum,
     _per_example_leaves,
 )
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
@@ -26,37 +27,37 @@ __all__ = ["differentially_private_aggregate", "dpsgd"]
 _PER_PATH = "keeps one random stream per path and takes per-example gradients"
 
 
-class DifferentiallyPrivateAggregate(Transformation):
+class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
     """Clip per example, sum, add noise, average (see `differentially_private_aggregate`)."""
 
     name: ClassVar[str] = "differentially_private_aggregate"
     l2_norm_clip: Any = hyperparam(check=positive, required=True)
     noise_multiplier: Any = hyperparam(check=non_negative, required=True)
     key: Any = field(default=0, converter=_raw_key)
+    keep_statistics: bool = static(True)
 
     def state_keys(self) -> tuple[str, ...]:
-        """The statistic `num_clipped` and each path's PRNG key `rng_key`."""
-        return ("num_clipped", "rng_key")
+        """The statistic `num_clipped` (none without statistics) and each path's `rng_key`."""
+        return ("num_clipped", "rng_key") if self.keep_statistics else ("rng_key",)
 
     def init(self, params: Any) -> dict:
         """`num_clipped` 0 and the key `fold_in(key, crc32(path))` for every path."""
         reject_packed(params, self.name, _PER_PATH)
         seed = jnp.asarray(self.key, jnp.uint32)
         keys = init_slots(params, lambda p: {"rng_key": seed}, ("rng_key",))["rng_key"]
-        return {
-            "num_clipped": jnp.zeros((), jnp.int32),
-            "rng_key": {p: path_key(k, p) for p, k in keys.items()},
-        }
+        state = {"rng_key": {p: path_key(k, p) for p, k in keys.items()}}
+        if not self.keep_statistics:
+            return state
+        return statistics(num_clipped=jnp.zeros((), jnp.int32), **state)
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The noisy mean over the leading batch axis of the clipped per-example gradients."""
         check_state_keys(self.name, state, self.state_keys())
-        _, _, _, present = _per_example_leaves(updates, self.name)
+        _, leaves, treedef, present = _per_example_leaves(updates, self.name)
         batch = _batch_size(present, self.name)
         if not present:
             return updates, state
-        clip = PerExampleGlobalNormClip(self.l2_norm_clip)
-        summed, clipped = clip.update(updates, {"num_clipped": state["num_clipped"]})
+        summed, num_clipped = _globally_clipped_sum(present, leaves, batch, self.l2_norm_clip)
         std = self.l2_norm_clip * self.noise_multiplier
 
         def noisy_mean(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -67,9 +68,15 @@ class DifferentiallyPrivateAggregate(Transformation):
             return u, {"rng_key": key}
 
         new_updates, keys = update_slots(
-            noisy_mean, summed, {"rng_key": state["rng_key"]}, params, owner=self.name
+            noisy_mean,
+            treedef.unflatten(summed),
+            {"rng_key": state["rng_key"]},
+            params,
+            owner=self.name,
         )
-        return new_updates, {"num_clipped": clipped["num_clipped"], "rng_key": keys["rng_key"]}
+        if not self.keep_statistics:
+            return new_updates, {"rng_key": keys["rng_key"]}
+        return new_updates, statistics(num_clipped=num_clipped, rng_key=keys["rng_key"])
 
 
 def _key_or_seed(key: Any, seed: Any) -> Any:
@@ -115,7 +122,8 @@ def differentially_private_aggregate(
         seed: optax's older name for `key`.
 
     State:
-        `num_clipped`: an int32 statistic, how many examples the last update clipped;
+        `num_clipped`: an int32 statistic, how many examples the last update clipped
+        (reported by `gradtx.stats`, left out by `gradtx.without_statistics`);
         `rng_key/<path>`: the raw uint32 key of each path's noise stream.
 
     Examples:

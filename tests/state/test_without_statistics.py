@@ -87,13 +87,25 @@ def test_the_line_searches_keep_no_info(search):
     assert gradtx.stats(lean) == {}
 
 
-def test_per_example_clipping_keeps_no_counts():
+@pytest.mark.parametrize(
+    ("make", "counts"),
+    [
+        (lambda: gradtx.per_example_layer_norm_clip(1.0), 3),
+        (lambda: gradtx.per_example_global_norm_clip(1.0), 1),
+        (lambda: gradtx.contrib.differentially_private_aggregate(1.0, 0.5, key=3), 1),
+        (lambda: gradtx.contrib.dpsgd(SCHEDULE, 1.0, 0.5, seed=3, momentum=0.9), 2),
+    ],
+    ids=["layer_norm_clip", "global_norm_clip", "dp_aggregate", "dpsgd-schedule"],
+)
+def test_per_example_clipping_keeps_no_counts(make, counts):
+    """The counts of clipped examples are statistics: `stats` reports them (with dpsgd's
+    scheduled rate) and the lean state leaves them out; the noise keys stay."""
     batched = jax.tree.map(lambda p: jnp.stack([p, -3 * p, 0.1 * p]), PARAMS)
-    tx = gradtx.per_example_layer_norm_clip(1.0)
     full, lean = _assert_the_same_steps_without_the_statistics(
-        tx, grads=lambda k: jax.tree.map(lambda g: g * (k + 1), batched)
+        make(), grads=lambda k: jax.tree.map(lambda g: g * (k + 1), batched)
     )
-    assert lean == {} and len(gradtx.stats(full)) == 3
+    assert len(gradtx.stats(full)) == counts and gradtx.stats(lean) == {}
+    assert not any("num_clipped" in key for key in gradtx.state_dict(lean))
 
 
 def test_a_whole_setup_keeps_its_monitors_and_the_state_that_decides_its_steps():
