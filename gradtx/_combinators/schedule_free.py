@@ -9,7 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.elementwise import hyperparam_at
-from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
+from gradtx._core.lift import (
+    as_stored,
+    compute_dtype,
+    dtype_or_none,
+    init_slots,
+    update_slots,
+    zeros_for,
+)
 from gradtx._core.module import field, hyperparam, static
 from gradtx._core.protocol import (
     Transformation,
@@ -144,7 +151,10 @@ class ScheduleFree(Transformation):
             # kernel) writes z' and then the params in place; reading the old z as well cost
             # copies of both and 1.6-1.9x optax's step. The params are as precise either way
             # (tests/combinators/test_schedule_free.py); the update may lose u's last bits.
-            new_z = z + du
+            # z' as stored (`as_stored`): the update reads the new z as the state keeps it,
+            # so with bfloat16 params it does not recompute z' from the old z, which a donated
+            # step would then copy; and the params stay in step with the z that is kept.
+            new_z = as_stored(z + du, slots["z"])
             out = ck * (new_z - yy) + ((1 - beta) * (1 - ck)) * du
             new = {"z": new_z, "weight_sum": weight_sum, "max_lr": max_lr}
             return out, {**new, "count": count}
@@ -263,7 +273,10 @@ def schedule_free(
     no $x$ (no division by $\beta_1$) and no old $z$. The params after `apply_updates` come
     out as precise as with the update written from the old $z$ (a test measures both against
     a float64 run); read alone, the update may differ from $u_t$ in its last bits at the
-    first step, where it is $u_t$ in exact arithmetic.
+    first step, where it is $u_t$ in exact arithmetic. It reads $z_{t+1}$ as the state keeps
+    it: with $z$ in bfloat16 (bfloat16 params), the update is the step to a point the
+    bfloat16 params can hold, within their spacing of the float32 step, and a donated step
+    writes $z$ in place instead of copying it first.
 
     Args:
         base: the base optimizer, without momentum (gradtx or optax-style); its update is

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import compute_dtype, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
 
 __all__ = ["scale_by_rprop", "scale_by_sign"]
@@ -53,8 +53,13 @@ class ScaleByRprop(ElementwiseTransform):
         step = slots["step_sizes"].astype(dtype)
         factor = jnp.where(agreement > 0, self.eta_plus, self.eta_minus).astype(dtype)
         lo, hi = self.min_step_size.astype(dtype), self.max_step_size.astype(dtype)
-        step = jnp.where(agreement == 0, step, jnp.clip(step * factor, lo, hi))
+        # The step sizes and the update as the state keeps them (`as_stored`): with bfloat16
+        # state, the update's kernel then reads the new slots, not the old ones, which a
+        # donated step would have to copy first. A stored size times a sign loses nothing.
+        grown = jnp.where(agreement == 0, step, jnp.clip(step * factor, lo, hi))
+        step = as_stored(grown, slots["step_sizes"])
         u = jnp.where(agreement < 0, jnp.zeros_like(grad), step * jnp.sign(grad))
+        u = as_stored(u, slots["prev_updates"])
         return u, {"step_sizes": step, "prev_updates": u}
 
 
