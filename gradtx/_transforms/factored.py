@@ -12,6 +12,7 @@ from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, non_negative, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.packed import reject_packed
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten, virtual
 
 __all__ = ["factored_dims", "scale_by_factored_rms"]
@@ -96,8 +97,9 @@ class ScaleByFactoredRms(StackedTransform):
         """The full or the factored per-leaf math."""
         return self._update_full if "v" in names else self._update_factored
 
-    def _decay(self, count: Any, dtype: Any) -> Any:
-        step = count - self.step_offset
+    def _decay(self, new_count: Any, dtype: Any) -> Any:
+        """The decay of the step whose count after it is `new_count` (see `next_count`)."""
+        step = new_count - 1 - self.step_offset
         if self.decay_rate_fn is not None:
             return jnp.asarray(self.decay_rate_fn(step, self.decay_rate)).astype(dtype)
         t = (step + 1).astype(dtype)
@@ -105,16 +107,18 @@ class ScaleByFactoredRms(StackedTransform):
 
     def _update_full(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         dtype = compute_dtype(g, slots["v"])
-        beta = self._decay(slots["count"], dtype)
+        count = next_count(slots["count"])
+        beta = self._decay(count, dtype)
         grad = g.astype(dtype)
         g2 = grad * grad + self.epsilon.astype(dtype)
         v = as_stored(beta * slots["v"].astype(dtype) + (1 - beta) * g2, slots["v"])
         u = grad / jnp.sqrt(v)
-        return u, {"v": v, "count": slots["count"] + jnp.int32(1)}
+        return u, {"v": v, "count": count}
 
     def _update_factored(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         dtype = compute_dtype(g, slots["v_row"], slots["v_col"])
-        beta = self._decay(slots["count"], dtype)
+        count = next_count(slots["count"])
+        beta = self._decay(count, dtype)
         d1, d0 = self._dims(tuple(g.shape))
         grad = g.astype(dtype)
         g2 = grad * grad + self.epsilon.astype(dtype)
@@ -127,7 +131,7 @@ class ScaleByFactoredRms(StackedTransform):
         row_factor = jnp.expand_dims(1 / jnp.sqrt(row / row_mean), d0)
         col_factor = jnp.expand_dims(1 / jnp.sqrt(col), d1)
         u = grad * row_factor * col_factor
-        changed = {"v_row": row, "v_col": col, "count": slots["count"] + jnp.int32(1)}
+        changed = {"v_row": row, "v_col": col, "count": count}
         return u, changed
 
 

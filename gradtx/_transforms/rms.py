@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._layouts.step_counts import next_count
 
 __all__ = ["scale_by_rms", "scale_by_stddev"]
 
@@ -59,7 +60,7 @@ class _MovingSquares(ElementwiseTransform):
             mu = as_stored((1 - decay) * grad + decay * slots["mu"].astype(dtype), slots["mu"])
             new["mu"] = mu
         if self.bias_correction:
-            count = slots["count"] + jnp.int32(1)
+            count = next_count(slots["count"])
             correction = 1 - decay ** count.astype(dtype)
             new["count"] = count
             nu = nu / correction

@@ -38,6 +38,9 @@ COUNTING = {
     "ema_params(adam)": lambda: gradtx.ema_params(gradtx.adam(1e-3), 0.99),
     "ema, debiased": lambda: gradtx.chain(gradtx.ema(0.9), gradtx.sgd(1e-3)),
     "apply_if_finite(adam)": lambda: gradtx.apply_if_finite(gradtx.adam(1e-3), 3),
+    "rmsprop, bias-corrected": lambda: gradtx.chain(
+        gradtx.scale_by_rms(bias_correction=True), gradtx.scale(-1e-3)
+    ),
     "contrib.madgrad": lambda: gradtx.contrib.madgrad(1e-3),
     "contrib.ademamix": lambda: gradtx.contrib.ademamix(1e-3),
     "contrib.simplified_ademamix": lambda: gradtx.contrib.simplified_ademamix(1e-3),
@@ -68,6 +71,16 @@ def test_a_donated_step_writes_its_counts_in_place(name, layout):
     grads = jax.tree.map(lambda x: 0.1 * jnp.ones_like(x), params)
     entry = donated_step_program(tx, params, grads)
     assert "s32[] parameter(" in entry  # it does carry a count
+    assert re.findall(r"= s32\[\] copy\(", entry) == []
+
+
+def test_adafactor_writes_its_per_leaf_counts_in_place():
+    # Each leaf keeps its own count (its factored statistics refuse packed params), and a
+    # plain `count + 1` read by the decay's kernels had XLA copy two counts per leaf and step,
+    # as in optax's adafactor.
+    grads = jax.tree.map(lambda x: 0.1 * jnp.ones_like(x), _params())
+    entry = donated_step_program(gradtx.adafactor(1e-3), _params(), grads)
+    assert entry.count("s32[] parameter(") == 4
     assert re.findall(r"= s32\[\] copy\(", entry) == []
 
 
