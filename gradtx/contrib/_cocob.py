@@ -46,9 +46,11 @@ class ScaleByCocob(ElementwiseTransform):
         p0 = slots["init_particles"].astype(dtype)
         scale = as_stored(jnp.maximum(slots["scale"].astype(dtype), jnp.abs(grad)), slots["scale"])
         sub = as_stored(slots["subgradients"].astype(dtype) + jnp.abs(grad), slots["subgradients"])
-        reward = as_stored(
-            jnp.maximum(slots["reward"].astype(dtype) - grad * (p - p0), 0), slots["reward"]
-        )
+        gained = slots["reward"].astype(dtype) - grad * (p - p0)
+        # max(gained, 0), bit for bit (-0 and NaN included), as a select: XLA's CPU compiler
+        # recomputed a `maximum` in the update's kernel from the old reward and the old
+        # params, and a donated step then copied both (1.13-1.16x optax's step time).
+        reward = as_stored(jnp.where(gained <= 0, 0, gained), slots["reward"])
         cum = as_stored(
             slots["cumulative_gradients"].astype(dtype) - grad, slots["cumulative_gradients"]
         )
