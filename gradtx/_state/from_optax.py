@@ -82,16 +82,25 @@ def _shown(keys: list[str] | tuple[str, ...]) -> str:
     return ", ".join(keys[:_SHOWN]) + (f", ... ({len(keys)} in all)" if len(keys) > _SHOWN else "")
 
 
-def _statistics_keys(state: Any) -> set[str]:
-    """The `state_dict` keys of `state` held in statistics dicts (readings of the last step)."""
+def _statistics_keys(state: Any, prefix: str = "") -> set[str]:
+    """The `state_dict` keys of the statistics in `state` (readings of the last step).
+
+    As `gradtx.stats` reads them: a statistics dict's scalars and per-path statistics; its
+    other entries (a wrapper's `inner` state, per-path keys) are searched in turn.
+    """
     found, _ = jax.tree_util.tree_flatten_with_path(
         state, is_leaf=lambda x: is_statistics(x) or is_unit(x)
     )
     keys: set[str] = set()
     for key_path, node in found:
-        if is_statistics(node):
-            where = path_of(key_path) if key_path else ""
-            keys.update(_join(where, k) for k in state_dict(dict(node)))
+        if not is_statistics(node):
+            continue
+        where = _join(prefix, path_of(key_path)) if key_path else prefix
+        for name, value in node.items():
+            if is_statistics(value) or getattr(value, "shape", None) == ():
+                keys.update(_join(where, k) for k in state_dict({name: value}))
+            else:
+                keys |= _statistics_keys(value, _join(where, name))
     return keys
 
 

@@ -267,3 +267,24 @@ def test_inject_hyperparams_against_a_plain_optimizer():
     tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=1e-2)
     with pytest.raises(ValueError, match=r"does not match gradtx's inject_hyperparams\(adam\)"):
         gradtx.from_optax(opt_state, tx, params)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(0.1)),
+        lambda: gradtx.apply_if_finite(
+            gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1)), 2
+        ),
+        lambda: gradtx.chain(gradtx.monitor("g", ("global_norm", "norm")), gradtx.sgd(0.1)),
+        lambda: gradtx.contrib.differentially_private_aggregate(1.0, 0.5, key=0),
+    ],
+    ids=["clip-adamw", "apply_if_finite", "monitor", "dp_aggregate"],
+)
+def test_the_statistics_started_anew_are_those_stats_reports(make):
+    """Only statistics start anew: not a wrapper's inner state nor per-path keys kept in a
+    statistics dict beside them."""
+    from gradtx._state.from_optax import _statistics_keys
+
+    state = make().init({"w": jnp.zeros(2), "b": jnp.zeros(1)})
+    assert _statistics_keys(state) == set(gradtx.stats(state))
