@@ -521,8 +521,9 @@ def test_donated_step_matches_undonated(entry):
     assert_trees_equal(s1, s2)
 
 
-# A copy of a floating-point array in a compiled program: params, gradients or state.
-FLOAT_ARRAY_COPY = re.compile(r"= (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\]\S* copy\(")
+# A copy of a floating-point array in a compiled program: params, gradients or state; the
+# group is the instruction copied.
+FLOAT_ARRAY_COPY = re.compile(r"= (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\]\S* copy\(%([^)]*)\)")
 
 
 def _float_array_copies(tx: Any, apply: Any) -> int:
@@ -586,7 +587,7 @@ def _copied_buffers(tx: Any, dtype: Any) -> set[str]:
     names = dict(
         re.findall(r'%(\S+) = \S+ parameter\(\d+\), metadata=\{op_name="([^"]*)"', program)
     )
-    copied = re.findall(r"= (?:bf16|f16|f32|f64)\[[0-9,]+\]\S* copy\(%([^)]*)\)", program)
+    copied = FLOAT_ARRAY_COPY.findall(program)
     slots = {names.get(x, "").replace("\\", "").split("]")[0] + "]" for x in copied}
     return {slot for slot in slots if slot.startswith(("s[", "p["))}
 

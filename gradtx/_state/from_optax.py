@@ -21,9 +21,9 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
 from gradtx._combinators.partition import Partition
-from gradtx._core.statistics import is_statistics
-from gradtx._paths.paths import is_unit, leaves, path_of
+from gradtx._paths.paths import leaves
 from gradtx._state.state_dict import LoadReport, StateMismatchError, load_state_dict, state_dict
+from gradtx._state.stats import statistics_in
 
 __all__ = ["from_optax"]
 
@@ -80,28 +80,6 @@ def _shown(keys: list[str] | tuple[str, ...]) -> str:
     if not keys:
         return "none"
     return ", ".join(keys[:_SHOWN]) + (f", ... ({len(keys)} in all)" if len(keys) > _SHOWN else "")
-
-
-def _statistics_keys(state: Any, prefix: str = "") -> set[str]:
-    """The `state_dict` keys of the statistics in `state` (readings of the last step).
-
-    As `gradtx.stats` reads them: a statistics dict's scalars and per-path statistics; its
-    other entries (a wrapper's `inner` state, per-path keys) are searched in turn.
-    """
-    found, _ = jax.tree_util.tree_flatten_with_path(
-        state, is_leaf=lambda x: is_statistics(x) or is_unit(x)
-    )
-    keys: set[str] = set()
-    for key_path, node in found:
-        if not is_statistics(node):
-            continue
-        where = _join(prefix, path_of(key_path)) if key_path else prefix
-        for name, value in node.items():
-            if is_statistics(value) or getattr(value, "shape", None) == ():
-                keys.update(_join(where, k) for k in state_dict({name: value}))
-            else:
-                keys |= _statistics_keys(value, _join(where, name))
-    return keys
 
 
 @dataclasses.dataclass
@@ -381,7 +359,7 @@ def from_optax(
     walk = _Walk(state_dict(template_state))
     _match(walk, tx, opt_state, "", "opt_state")
     # Statistics are readings of the last step, which optax does not keep: they start anew.
-    for key in _statistics_keys(template_state):
+    for key in statistics_in(template_state):
         walk.flat.setdefault(key, walk.template[key])
     state, report = load_state_dict(tx, params, walk.flat, strict=False)
     if strict and not report.clean:

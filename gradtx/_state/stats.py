@@ -21,14 +21,15 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}/{key}" if prefix else key
 
 
-def _collect(tree: Any, prefix: str, out: dict[str, Any]) -> None:
+def _collect(tree: Any, prefix: str, out: dict[str, Any], hyperparams: bool = True) -> None:
     found, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_marked)
     for key_path, node in found:
         where = _join(prefix, path_of(key_path)) if key_path else prefix
         if isinstance(node, InjectState):
-            for name, value in node.hyperparams.items():
-                out[_join(where, f"hyperparams/{name}")] = value
-            _collect(node.inner, _join(where, "inner"), out)
+            if hyperparams:
+                for name, value in node.hyperparams.items():
+                    out[_join(where, f"hyperparams/{name}")] = value
+            _collect(node.inner, _join(where, "inner"), out, hyperparams)
         elif is_statistics(node):
             for name in sorted(node):
                 value = node[name]
@@ -39,7 +40,18 @@ def _collect(tree: Any, prefix: str, out: dict[str, Any]) -> None:
                 elif getattr(value, "shape", None) == ():  # a scalar (also traced)
                     out[_join(where, name)] = value
                 else:  # a wrapper's inner state: its statistics are found in turn
-                    _collect(value, _join(where, name), out)
+                    _collect(value, _join(where, name), out, hyperparams)
+
+
+def statistics_in(state: Any) -> dict[str, jax.Array]:
+    """The statistics of `state` alone, by `state_dict` key.
+
+    That is `stats` less the injected hyperparameters: the readings of the last step, which
+    a state converted from optax starts anew.
+    """
+    out: dict[str, jax.Array] = {}
+    _collect(state, "", out, hyperparams=False)
+    return out
 
 
 def stats(state: Any) -> dict[str, jax.Array]:

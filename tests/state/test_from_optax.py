@@ -284,7 +284,22 @@ def test_inject_hyperparams_against_a_plain_optimizer():
 def test_the_statistics_started_anew_are_those_stats_reports(make):
     """Only statistics start anew: not a wrapper's inner state nor per-path keys kept in a
     statistics dict beside them."""
-    from gradtx._state.from_optax import _statistics_keys
+    from gradtx._state.stats import statistics_in
 
     state = make().init({"w": jnp.zeros(2), "b": jnp.zeros(1)})
-    assert _statistics_keys(state) == set(gradtx.stats(state))
+    assert set(statistics_in(state)) == set(gradtx.stats(state))
+    assert set(statistics_in(state)) <= set(gradtx.state_dict(state))
+
+
+def test_injected_hyperparameters_are_kept_not_started_anew():
+    from gradtx._state.stats import statistics_in
+
+    tx = gradtx.inject_hyperparams(
+        lambda learning_rate: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.sgd(0.1))
+    )(learning_rate=0.1)
+    state = tx.init({"w": jnp.zeros(2)})
+    assert sorted(statistics_in(state)) == [
+        "inner/clip_by_global_norm/clipped",
+        "inner/clip_by_global_norm/global_norm",
+    ]
+    assert "hyperparams/learning_rate" in gradtx.stats(state)
