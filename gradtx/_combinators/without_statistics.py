@@ -22,10 +22,10 @@ def without_statistics(tx: Any) -> Any:
     pre-clip norm of `clip_by_global_norm` and whether it clipped, the value a schedule gave
     the last step (`scheduled/learning_rate` of `adamw(schedule)`), the `info` of the line
     searches and the counts of clipped examples (`num_clipped`) of the per-example clipping
-    transformations and `contrib.differentially_private_aggregate`. Each is an
-    array in and out of every step. On a step bound by the host (a small model, most of all
-    on a GPU), each costs about as much as a parameter leaf; the compiled step also
-    computes and returns it. Without them, the updates are the same, bit for bit, and the
+    transformations and `contrib.differentially_private_aggregate`. Each is an array in and
+    out of every step. On a step bound by the host (a small model, most of all on a GPU),
+    each costs about as much as a parameter leaf; the compiled step also computes and
+    returns it. Without them, the updates are the same, bit for bit, and the
     state is the one optax keeps: for the chain `clip_by_global_norm` then `adamw` with a
     cosine schedule on packed params, the compiled step returns optax's five arrays instead
     of eight and runs no more kernels than optax's (on the CPU, a host-bound step took
