@@ -130,8 +130,8 @@ def whole(x: Any) -> Any:
     """`x` gathered onto every device where an explicit sharding splits it, else `x`.
 
     For math that needs all of an array at once under explicit axes: a reshape or slice
-    across a split dimension (a fixed-order sum), or a product over one (Newton-Schulz, the
-    inner products of L-BFGS). Under automatic axes XLA inserts the same gather itself.
+    across a split dimension, or a product over one (Newton-Schulz, the inner products of
+    L-BFGS). Under automatic axes XLA inserts the same gather itself.
     """
     sharding = _explicit_sharding(x)
     if sharding is None or not _spec(sharding):

@@ -86,9 +86,18 @@ class ScaleBySm3(ElementwiseTransform):
         nu = _smallest(_per_axis(v, shape)) if shape else v
         weight = jnp.where(b2 == 1, jnp.ones((), dtype), 1 - b2)
         acc = weight * (grad * grad) + b2 * nu
+        if len(shape) <= 1:
+            # Each element is a cover set of its own: the new accumulators are `acc` (never
+            # negative), as stored. The step reads them there, so the kernel that writes them
+            # in place is the only one to read the old ones; reading the old ones in the
+            # momentum's kernel as well, XLA copied them (a pass over a vector's accumulators).
+            new_v = as_stored(acc, slots["v"])
+            acc = new_v.astype(dtype)
+        else:
+            new_v = as_stored(_cover_maxima(acc), slots["v"])
         scaled = grad * jnp.where(acc > 0, lax.rsqrt(acc + eps), 0)
         mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * scaled, slots["mu"])
-        return mu, {"mu": mu, "v": as_stored(_cover_maxima(acc), slots["v"])}
+        return mu, {"mu": mu, "v": new_v}
 
 
 def _smallest(parts: list[Any]) -> Any:

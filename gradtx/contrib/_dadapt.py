@@ -16,7 +16,6 @@ from gradtx.contrib._reductions import (
     bias_correction,
     flat_dot,
     global_sum,
-    pairwise_sum,
     scalar_copy,
 )
 
@@ -31,7 +30,7 @@ def needs_params_error(owner: str) -> ValueError:
 
 
 def _l1(array: Any) -> Any:
-    return pairwise_sum(jnp.abs(array))
+    return jnp.sum(jnp.abs(array))
 
 
 class DAdaptAdamW(ElementwiseTransform):
@@ -91,8 +90,6 @@ class DAdaptAdamW(ElementwiseTransform):
 
         slots = {k: state[k] for k in _PER_PATH}
         _, slots = update_slots(moments, updates, slots, params, owner=self.name, needs_params=True)
-        # Global sums in a fixed order (see `pairwise_sum`): the state is bit-for-bit the
-        # same in every compilation of the step, donated or not.
         numerator = sb2 * state["numerator_weighted"] + (1 - sb2) * dlr * flat_dot(inner)
         l1 = global_sum(slots["grad_sum"].values(), _l1)
         estimate = numerator / ((1 - sb2) * l1)

@@ -18,7 +18,6 @@ from gradtx.contrib._reductions import (
     copy_of,
     flat_dot,
     global_sum,
-    pairwise_sum,
     scalar_copy,
 )
 
@@ -28,7 +27,7 @@ _MOMENTS = ("exp_avg", "exp_avg_sq", "grad_sum")
 
 
 def _l1(array: Any) -> Any:
-    return pairwise_sum(jnp.abs(array))
+    return jnp.sum(jnp.abs(array))
 
 
 class Prodigy(ElementwiseTransform):

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.lift import compute_dtype, update_slots, zeros_for
-from gradtx._core.update_layout import whole
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._paths.paths import flatten, is_unit
 
@@ -21,7 +20,6 @@ __all__ = [
     "flat_dot",
     "global_sum",
     "paired_arrays",
-    "pairwise_sum",
     "scalar_copy",
     "tree_sum",
 ]
@@ -105,34 +103,19 @@ def bias_correction(decay: jax.Array, t: jax.Array) -> jax.Array:
     return -jnp.expm1(t * jnp.log1p(decay - 1))
 
 
-def pairwise_sum(x: jax.Array) -> jax.Array:
-    """The sum of all elements, added in a fixed pairwise order with elementwise adds.
-
-    A reduction's rounding depends on how the compiler vectorises it, which can differ
-    between two compilations of the same step (for example with and without donated
-    buffers): a global scalar kept in the state would then differ in its last bit. Halving
-    with elementwise adds fixes the order: `log2(n)` passes over a shrinking array.
-    """
-    x = jnp.ravel(whole(x))  # the halving reshapes across the array: all of it, explicitly
-    if x.size == 0:
-        return jnp.zeros((), x.dtype)
-    while x.size > 1:
-        if x.size % 2:
-            x = jnp.concatenate([x, jnp.zeros((1,), x.dtype)])
-        pairs = x.reshape(-1, 2)
-        x = pairs[:, 0] + pairs[:, 1]
-    return x[0]
-
-
 def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
     """The inner product of two trees given as `(a, b)` pairs of arrays, in float32.
 
-    Summed with `pairwise_sum`, so the result is bit-for-bit the same in every compilation.
+    Each pair's products are summed by one reduction, which XLA fuses with the product: a
+    single read of both arrays. (A sum in a fixed pairwise order, halving the array with
+    elementwise adds, wrote the products out and read them back; with two more sums of the
+    same kind it made DoG's step 3.0x optax's on 3.1M floats on the CPU, 1.1x with plain
+    sums. The donated and plain compilations of a step still agree bit for bit.)
     """
     total = jnp.zeros((), jnp.float32)
     for a, b in pairs:
         dtype = compute_dtype(a, b)
-        total = total + pairwise_sum(a.astype(dtype) * b.astype(dtype)).astype(jnp.float32)
+        total = total + jnp.sum(a.astype(dtype) * b.astype(dtype)).astype(jnp.float32)
     return total
 
 
