@@ -77,6 +77,21 @@ WRAPPERS: tuple[Entry, ...] = (
             gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3
         ),
     ),
+    Entry(
+        # Only the gradients are checked, as optax checks them: the inner step runs in a
+        # `lax.cond` (the same updates wherever the gradients are finite).
+        id="apply_if_finite-adam-gradients",
+        name="apply_if_finite",
+        make=lambda lr: gradtx.apply_if_finite(gradtx.adam(lr), 3, check_updates=False),
+        reference=lambda lr: rw.apply_if_finite(ref.adam(lr), 3),
+        oracle=lambda lr: optax.apply_if_finite(_optax_adam(lr), 3),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.apply_if_finite(
+            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3, check_updates=False
+        ),
+    ),
     # optax's lookahead, through `OptaxLookahead`, is the oracle in
     # tests/combinators/test_lookahead.py, on the params: its synchronisation step,
     # `u - (1 - alpha) (theta + u - phi)` in float32, carries the rounding error of the weights

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from compiled import donated_step_program
 
 import gradtx
 from gradtx import schedules
@@ -20,8 +21,12 @@ GRADS = [
 NAN_GRAD = {"w": jnp.array([1.0, jnp.nan, 0.0]), "b": jnp.float32(0.5), "n": None}
 
 
-def make() -> gradtx.Transformation:
-    return gradtx.apply_if_finite(gradtx.adam(schedules.linear(0.1, 0.01, 10)), 3)
+def make(check_updates: bool = True) -> gradtx.Transformation:
+    adam = gradtx.adam(schedules.linear(0.1, 0.01, 10))
+    return gradtx.apply_if_finite(adam, 3, check_updates=check_updates)
+
+
+CHECKS = pytest.mark.parametrize("check_updates", [True, False], ids=["updates", "gradients"])
 
 
 @jax.jit
@@ -46,8 +51,9 @@ def assert_bitwise_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_a_nan_step_is_as_if_the_batch_was_never_seen():
-    tx = make()
+@CHECKS
+def test_a_nan_step_is_as_if_the_batch_was_never_seen(check_updates):
+    tx = make(check_updates)
     skipped_at_2 = GRADS[:2] + [NAN_GRAD] + GRADS[2:4]
     params, state, history = run(tx, skipped_at_2)
     ref_params, ref_state, _ = run(tx, GRADS[:4])
@@ -63,8 +69,9 @@ def test_a_nan_step_is_as_if_the_batch_was_never_seen():
     assert history[2]["n"] is None and float(history[2]["b"]) == 0.0
 
 
-def test_counts_after_a_nan_step_are_readable():
-    tx = make()
+@CHECKS
+def test_counts_after_a_nan_step_are_readable(check_updates):
+    tx = make(check_updates)
     _, state, _ = run(tx, GRADS[:1] + [NAN_GRAD])
     flat = gradtx.state_dict(state)
     assert int(flat["notfinite_count"]) == 1 and int(flat["total_notfinite"]) == 1
@@ -82,13 +89,42 @@ def test_a_non_finite_update_from_a_finite_gradient_is_skipped():
     assert int(new["notfinite_count"]) == 1
 
 
+def test_checking_the_gradients_alone_applies_an_update_that_overflows():
+    """`check_updates=False` is optax's check: finite gradients take the step, even one
+    whose update overflows inside the inner transformation."""
+    inner = gradtx.chain(gradtx.trace(0.5), gradtx.scale(1e30))
+    tx = gradtx.apply_if_finite(inner, 1, check_updates=False)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    u, new = tx.update({"w": jnp.array([1e10, 1.0])}, state)
+    assert np.isinf(np.asarray(u["w"][0])) and float(u["w"][1]) == float(np.float32(1e30))
+    assert int(new["notfinite_count"]) == 0 and bool(new["last_finite"])
+    u, new = tx.update({"w": jnp.array([jnp.nan, 1.0])}, new)  # a NaN gradient is skipped
+    np.testing.assert_array_equal(u["w"], [0.0, 0.0])
+    assert int(new["notfinite_count"]) == 1 and not bool(new["last_finite"])
+
+
+def test_checking_the_gradients_alone_writes_the_inner_state_in_place():
+    """The gradients decide before the inner step runs: the donated step keeps no second
+    copy of Adam's moments to choose from, so its program writes fewer arrays of the
+    leaf's size than the step that checks the updates too."""
+    params = {"w": jnp.zeros((256, 256))}
+
+    def leaf_sized_arrays(check_updates: bool) -> int:
+        tx = gradtx.apply_if_finite(gradtx.adam(1e-3), 3, check_updates=check_updates)
+        return donated_step_program(tx, params, params).count("= f32[256,256]")
+
+    assert leaf_sized_arrays(False) < leaf_sized_arrays(True)
+
+
+@CHECKS
 @pytest.mark.parametrize("max_errors", [0, 2])
-def test_max_consecutive_errors_then_the_step_is_applied(max_errors):
+def test_max_consecutive_errors_then_the_step_is_applied(max_errors, check_updates):
     """Up to `max_errors` non-finite steps in a row are skipped, the next one is applied as it
     is (NaN included); a finite step resets the run. Same as optax, step by step, for an
     inner transformation whose state a NaN cannot poison (a schedule's step count)."""
     decay = schedules.exponential_decay(1.0, 1, 0.5)
-    tx = gradtx.apply_if_finite(gradtx.scale_by_schedule(decay), max_errors)
+    tx = gradtx.apply_if_finite(gradtx.scale_by_schedule(decay), max_errors, check_updates)
     oracle = optax.apply_if_finite(
         optax.scale_by_schedule(optax.exponential_decay(1.0, 1, np.float32(0.5))), max_errors
     )
@@ -124,8 +160,9 @@ def test_a_state_poisoned_by_an_applied_nan_keeps_counting():
     assert int(state["notfinite_count"]) == 2 and int(state["total_notfinite"]) == 2
 
 
-def test_inside_scan_equals_the_eager_run():
-    tx = make()
+@CHECKS
+def test_inside_scan_equals_the_eager_run(check_updates):
+    tx = make(check_updates)
     seq = GRADS[:2] + [NAN_GRAD] + GRADS[2:4]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *seq)
 
@@ -148,11 +185,14 @@ def test_inside_scan_equals_the_eager_run():
 def test_describe_frozen_paths_and_errors():
     tx = make()
     described = tx.describe({"w": jnp.zeros(2)})
-    assert described["w"][0] == ("apply_if_finite", {"max_consecutive_errors": 3})
+    options = {"max_consecutive_errors": 3, "check_updates": True}
+    assert described["w"][0] == ("apply_if_finite", options)
     assert [name for name, _ in described["w"][1:]] == ["scale_by_adam", "scale_by_learning_rate"]
     assert tx.frozen_paths({"w": jnp.zeros(2)}) == frozenset()
     with pytest.raises(ValueError, match="max_consecutive_errors"):
         gradtx.apply_if_finite(gradtx.sgd(0.1), -1)
+    with pytest.raises(TypeError, match="check_updates"):
+        gradtx.apply_if_finite(gradtx.sgd(0.1), 1, check_updates="gradients")
     with pytest.raises(KeyError, match="notfinite_count"):
         tx.update({"w": jnp.ones(2)}, {"inner": {}})
 
