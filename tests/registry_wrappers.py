@@ -31,6 +31,23 @@ def _optax_adam(lr: Any) -> Any:
     return optax.adam(_f(lr), b1=_f(0.9), b2=_f(0.999), eps=_f(1e-8))
 
 
+def _apply_if_finite_adam(entry_id: str, check_updates: bool) -> Entry:
+    """`apply_if_finite` around Adam, skipping up to 3 non-finite steps in a row."""
+    return Entry(
+        id=entry_id,
+        name="apply_if_finite",
+        make=lambda lr: gradtx.apply_if_finite(gradtx.adam(lr), 3, check_updates),
+        reference=lambda lr: rw.apply_if_finite(ref.adam(lr), 3),
+        oracle=lambda lr: optax.apply_if_finite(_optax_adam(lr), 3),
+        scalar=0.05,
+        sweep=LR_SWEEP,
+        converges=True,
+        with_state_dtype=lambda lr, dt: gradtx.apply_if_finite(
+            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3, check_updates
+        ),
+    )
+
+
 WRAPPERS: tuple[Entry, ...] = (
     Entry(
         # every=3, so that the third step of the recompilation test is an optimizer step.
@@ -64,34 +81,10 @@ WRAPPERS: tuple[Entry, ...] = (
             gradtx.sgd(lr, momentum=0.9, accumulator_dtype=dt), every=3, accumulator_dtype=dt
         ),
     ),
-    Entry(
-        id="apply_if_finite-adam",
-        name="apply_if_finite",
-        make=lambda lr: gradtx.apply_if_finite(gradtx.adam(lr), 3),
-        reference=lambda lr: rw.apply_if_finite(ref.adam(lr), 3),
-        oracle=lambda lr: optax.apply_if_finite(_optax_adam(lr), 3),
-        scalar=0.05,
-        sweep=LR_SWEEP,
-        converges=True,
-        with_state_dtype=lambda lr, dt: gradtx.apply_if_finite(
-            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3
-        ),
-    ),
-    Entry(
-        # Only the gradients are checked, as optax checks them: the inner step runs in a
-        # `lax.cond` (the same updates wherever the gradients are finite).
-        id="apply_if_finite-adam-gradients",
-        name="apply_if_finite",
-        make=lambda lr: gradtx.apply_if_finite(gradtx.adam(lr), 3, check_updates=False),
-        reference=lambda lr: rw.apply_if_finite(ref.adam(lr), 3),
-        oracle=lambda lr: optax.apply_if_finite(_optax_adam(lr), 3),
-        scalar=0.05,
-        sweep=LR_SWEEP,
-        converges=True,
-        with_state_dtype=lambda lr, dt: gradtx.apply_if_finite(
-            gradtx.adam(lr, mu_dtype=dt, nu_dtype=dt), 3, check_updates=False
-        ),
-    ),
+    _apply_if_finite_adam("apply_if_finite-adam", check_updates=True),
+    # Only the gradients are checked, as optax checks them: the inner step runs in a
+    # `lax.cond` (the same updates wherever the gradients are finite).
+    _apply_if_finite_adam("apply_if_finite-adam-gradients", check_updates=False),
     # optax's lookahead, through `OptaxLookahead`, is the oracle in
     # tests/combinators/test_lookahead.py, on the params: its synchronisation step,
     # `u - (1 - alpha) (theta + u - phi)` in float32, carries the rounding error of the weights

@@ -23,6 +23,37 @@ __all__ = [
 ]
 
 
+def run_or_skip(
+    active: Any,
+    inner: Transformation,
+    updates: Any,
+    state: Any,
+    params: Any,
+    extra: dict,
+    *,
+    zero_skipped: bool,
+) -> tuple[Any, Any]:
+    """`inner.update` where `active`, else the updates (zeroed if `zero_skipped`) and `state`.
+
+    One `lax.cond`, so the inner step runs only where it is chosen and writes its state in
+    place. `state` is split where `updates` lack paths (both branches return the layout a
+    partial update gives the step counts), and a skipped step's updates take the dtypes the
+    inner step's would have (its state may widen them).
+    """
+    state = split_where_absent(state, updates)
+
+    def run(inner_state: Any) -> tuple[Any, Any]:
+        return inner.update(updates, inner_state, params, **extra)
+
+    ran = jax.eval_shape(run, state)[0]
+
+    def skip(inner_state: Any) -> tuple[Any, Any]:
+        kept = jax.tree.map(jnp.zeros_like, updates) if zero_skipped else updates
+        return shaped_like(kept, ran), inner_state
+
+    return lax.cond(active, run, skip, state)
+
+
 def _check_condition(fn: Any, name: str) -> Any:
     if not callable(fn):
         raise TypeError(f"`{name}` must be a function of the step count, got {fn!r}")
@@ -89,20 +120,15 @@ class ConditionallyTransform(Transformation):
         """The inner update if `should_transform_fn(step)`, else the skipped-step updates."""
         check_state_keys(self.name, state, self.state_keys())
         active = self._condition(state["step"], extra)
-
-        def run(inner_state: Any) -> tuple[Any, Any]:
-            return self.inner.update(updates, inner_state, params, **extra)
-
-        # Both branches return the layout a partial update gives the step counts.
-        inner = split_where_absent(state["inner"], updates)
-        ran = jax.eval_shape(run, inner)[0]  # the update dtypes (state may widen them)
-
-        def skip(inner_state: Any) -> tuple[Any, Any]:
-            if self.zero_skipped:
-                return shaped_like(jax.tree.map(jnp.zeros_like, updates), ran), inner_state
-            return shaped_like(updates, ran), inner_state
-
-        new_updates, inner_state = lax.cond(active, run, skip, inner)
+        new_updates, inner_state = run_or_skip(
+            active,
+            self.inner,
+            updates,
+            state["inner"],
+            params,
+            extra,
+            zero_skipped=self.zero_skipped,
+        )
         return new_updates, {"step": next_count(state["step"]), "inner": inner_state}
 
 

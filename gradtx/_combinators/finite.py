@@ -6,13 +6,12 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from gradtx._combinators.accumulate import check_count
+from gradtx._combinators.conditional import run_or_skip
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.statistics import statistics
-from gradtx._core.widening import shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
 
@@ -85,42 +84,33 @@ class ApplyIfFinite(Transformation):
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
-        old_inner = split_where_absent(state["inner"], updates)
         if not self.check_updates:
-            return self._update_on_gradients(updates, state, old_inner, params, extra)
-        new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
-        finite = all_finite(updates) & all_finite(new_updates)
-        count = jnp.where(finite, jnp.int32(0), next_count(state["notfinite_count"]))
-        accept = finite | (count > jnp.int32(self.max_consecutive_errors))
-        new_updates = jax.tree.map(lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates)
-        inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
-        return new_updates, self._counted(state, inner, finite, count)
-
-    def _counted(self, state: dict, inner: Any, finite: Any, count: Any) -> dict:
+            # The gradients decide before the inner step runs, so a `cond` runs it or not:
+            # its new state is written in place, as without the wrapper, and nothing is kept
+            # aside.
+            finite = all_finite(updates)
+            count, accept = self._verdict(finite, state)
+            new_updates, inner = run_or_skip(
+                accept, self.inner, updates, state["inner"], params, extra, zero_skipped=True
+            )
+        else:
+            old_inner = split_where_absent(state["inner"], updates)
+            new_updates, new_inner = self.inner.update(updates, old_inner, params, **extra)
+            finite = all_finite(updates) & all_finite(new_updates)
+            count, accept = self._verdict(finite, state)
+            new_updates = jax.tree.map(
+                lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates
+            )
+            inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
         total = jnp.where(finite, state["total_notfinite"], next_count(state["total_notfinite"]))
-        return statistics(
+        return new_updates, statistics(
             inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
         )
 
-    def _update_on_gradients(
-        self, updates: Any, state: dict, old_inner: Any, params: Any, extra: dict
-    ) -> tuple:
-        # The gradients decide before the inner step runs, so a `cond` runs it or not: its
-        # new state is written in place, as without the wrapper, and nothing is kept aside.
-        finite = all_finite(updates)
+    def _verdict(self, finite: Any, state: dict) -> tuple[Any, Any]:
+        """The run of non-finite steps after this one, and whether to take this step."""
         count = jnp.where(finite, jnp.int32(0), next_count(state["notfinite_count"]))
-        accept = finite | (count > jnp.int32(self.max_consecutive_errors))
-
-        def run(inner: Any) -> tuple[Any, Any]:
-            return self.inner.update(updates, inner, params, **extra)
-
-        ran = jax.eval_shape(run, old_inner)[0]  # the update dtypes (state may widen them)
-
-        def skip(inner: Any) -> tuple[Any, Any]:
-            return shaped_like(jax.tree.map(jnp.zeros_like, updates), ran), inner
-
-        new_updates, inner = lax.cond(accept, run, skip, old_inner)
-        return new_updates, self._counted(state, inner, finite, count)
+        return count, finite | (count > jnp.int32(self.max_consecutive_errors))
 
 
 def apply_if_finite(
