@@ -118,20 +118,23 @@ def accumulation_floor_rows(params: Any, every: int = 4) -> list[dict]:
     state = {"acc": zeros, "mu": zeros, "nu": zeros, "count": count, "micro": count}
 
     def run(params: Any, state: dict, grads: Any, apply_inside: bool) -> tuple[Any, dict]:
-        acc = jax.tree.map(jnp.add, state["acc"], grads)
         micro = state["micro"] + 1
         fire = micro >= every
 
-        def step(params, acc, mu, nu):
-            mean = jax.tree.map(lambda a: a / every, acc)
+        # The accumulators are summed and reset outside the conditional, which says whether
+        # to keep the sum: returned by a branch, they would be copied on every call.
+        def step(params, mu, nu):
+            mean = jax.tree.map(lambda a, g: (a + g) / every, state["acc"], grads)
             u, mu, nu = _plain_adam(mean, mu, nu, state["count"])
             out = jax.tree.map(jnp.add, params, u) if apply_inside else u
-            return out, jax.tree.map(jnp.zeros_like, acc), mu, nu
+            return out, mu, nu, jnp.bool_(False)
 
-        def wait(params, acc, mu, nu):
-            return (params if apply_inside else jax.tree.map(jnp.zeros_like, acc)), acc, mu, nu
+        def wait(params, mu, nu):
+            out = params if apply_inside else jax.tree.map(jnp.zeros_like, params)
+            return out, mu, nu, jnp.bool_(True)
 
-        out, acc, mu, nu = lax.cond(fire, step, wait, params, acc, state["mu"], state["nu"])
+        out, mu, nu, keep = lax.cond(fire, step, wait, params, state["mu"], state["nu"])
+        acc = jax.tree.map(lambda a, g: jnp.where(keep, a + g, 0.0), state["acc"], grads)
         new_params = out if apply_inside else jax.tree.map(jnp.add, params, out)
         count = state["count"] + fire.astype(jnp.int32)
         micro = jnp.where(fire, 0, micro)

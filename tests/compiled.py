@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -9,10 +10,13 @@ import jax
 import gradtx
 
 
-def donated_step_program(tx: Any, params: Any, grads: Any, apply: Any = None) -> str:
+def donated_step_program(
+    tx: Any, params: Any, grads: Any, apply: Any = None, *, whole: bool = False
+) -> str:
     """The entry computation of `tx`'s jitted step `(params, state, grads) -> (params,
     state)`, compiled with params and state donated; `apply` adds the updates to the params
-    (default `gradtx.apply_updates`)."""
+    (default `gradtx.apply_updates`). `whole` keeps the computations it calls (the branches
+    of a `lax.cond`, the bodies of loops) as well."""
     apply = gradtx.apply_updates if apply is None else apply
 
     def step(p, s, g):
@@ -21,4 +25,35 @@ def donated_step_program(tx: Any, params: Any, grads: Any, apply: Any = None) ->
 
     lowered = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params), grads)
     hlo = lowered.compile().as_text()
-    return hlo[hlo.index("ENTRY") :]
+    return hlo if whole else hlo[hlo.index("ENTRY") :]
+
+
+_ARRAY_DEF = re.compile(
+    r"%(\S+) = (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\](\{[^}]*\})? (\S+)\((%[^,)]+)?"
+)
+_COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) .*?\{\n(.*?)\n\}$", re.M | re.S)
+
+
+def copies_in_called_computations(program: str) -> list[str]:
+    """The float arrays that the computations a whole `program` calls (the branches of a
+    `lax.cond`, the bodies of loops) copy to a buffer of the same layout, each one a pass over
+    memory: a copy instruction, or a kernel that only copies. Copies inside a fused kernel
+    and copies that change the layout (a transpose for a library call) are left out."""
+    layouts = {name: layout for name, layout, _, _ in _ARRAY_DEF.findall(program)}
+    bodies = {name: body for entry, name, body in _COMPUTATION.findall(program) if not entry}
+    fused = set(re.findall(r"fusion\(.*?calls=%([^,\s]+)", program))
+
+    def copies(body: str) -> list[str]:
+        found = _ARRAY_DEF.findall(body)
+        return [n for n, lay, op, x in found if op == "copy" and layouts.get(x[1:]) == lay]
+
+    out = []
+    for name, body in bodies.items():
+        if name in fused:
+            continue
+        out += copies(body)
+        for kernel, body_name in re.findall(r"%(\S+) = .*? fusion\(.*?calls=%([^,\s]+)", body):
+            kernel_body = bodies.get(body_name, "")
+            if copies(kernel_body) and len(_ARRAY_DEF.findall(kernel_body)) == 2:
+                out.append(kernel)  # a kernel of a parameter and its copy
+    return out

@@ -229,18 +229,22 @@ class Accumulate(Transformation):
         if self.should_skip_update_fn is not None:
             skip, aux = self._skip(updates, state, params)
 
-        def add(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            acc = slots["acc"]
-            dtype = compute_dtype(g, acc)
-            total = acc.astype(dtype) + g.astype(dtype)
-            if skip is not None:  # a rejected micro-step adds nothing (not even its NaNs)
-                total = jnp.where(skip, acc.astype(dtype), total)
-            return g, {"acc": total}
+        def summed(keep: Any = None) -> dict:
+            """The accumulators plus this call's gradient; zeros where `keep` is false."""
 
-        _, added = update_slots(
-            add, updates, {"acc": state["acc"]}, owner=self.name, where=acc_paths
-        )
-        acc = added["acc"]
+            def add(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+                acc = slots["acc"]
+                dtype = compute_dtype(g, acc)
+                total = acc.astype(dtype) + g.astype(dtype)
+                if skip is not None:  # a rejected micro-step adds nothing (not even its NaNs)
+                    total = jnp.where(skip, acc.astype(dtype), total)
+                if keep is not None:
+                    total = jnp.where(keep, total, jnp.zeros_like(total))
+                return g, {"acc": total}
+
+            acc = {"acc": state["acc"]}
+            return update_slots(add, updates, acc, owner=self.name, where=acc_paths)[1]
+
         if skip is None:
             micro_step = state["micro_step"] + jnp.int32(1)
         else:
@@ -263,24 +267,27 @@ class Accumulate(Transformation):
                 else:  # the calls this cycle accumulated (k, as it fires)
                     count = micro_step.astype(dtype)
                 averaged = averaged / count
-            return averaged, {"acc": jnp.zeros_like(total)}
+            return averaged, {}
 
-        def step(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
+        # The accumulators are summed and reset outside the cond, so that XLA writes them in
+        # place: returned by a branch, they would be copied on every call. The cond says
+        # whether to keep the sum, so that the reset reads the old accumulators after it.
+        def step(inner_state: Any) -> tuple[Any, Any, Any]:
             # Frozen paths (no accumulator) pass their raw gradient: the inner zeroes them.
-            averaged, reset = update_slots(
-                mean, updates, {"acc": acc}, owner=self.name, where=acc_paths
-            )
+            averaged, _ = update_slots(mean, updates, summed(), owner=self.name, where=acc_paths)
             new_updates, new_inner = self.inner.update(averaged, inner_state, params, **extra)
-            return new_updates, reset["acc"], new_inner
+            return new_updates, new_inner, jnp.bool_(False)
 
         # Both branches return the layout a partial update gives the step counts.
         inner = split_where_absent(state["inner"], updates)
-        stepped = jax.eval_shape(step, acc, inner)[0]  # the update dtypes (state may widen)
+        stepped = jax.eval_shape(step, inner)[0]  # the update dtypes (state may widen)
 
-        def wait(acc: dict, inner_state: Any) -> tuple[Any, dict, Any]:
-            return shaped_like(jax.tree.map(jnp.zeros_like, updates), stepped), acc, inner_state
+        def wait(inner_state: Any) -> tuple[Any, Any, Any]:
+            zeros = shaped_like(jax.tree.map(jnp.zeros_like, updates), stepped)
+            return zeros, inner_state, jnp.bool_(True)
 
-        new_updates, acc, inner_state = lax.cond(fire, step, wait, acc, inner)
+        new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
+        acc = summed(keep)["acc"]
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),
             "acc": acc,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compiled import donated_step_program
 
 import gradtx
 from gradtx import schedules
@@ -231,6 +233,43 @@ def test_inner_runs_under_cond_and_state_matches_eagerly():
         "inner/trace/w",
         "micro_step",
     ]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gradtx.accumulate(gradtx.sgd(0.1), every=3),
+        lambda: gradtx.accumulate(gradtx.sgd(0.1, momentum=0.9), every=3),
+        lambda: gradtx.accumulate(gradtx.adam(0.1), every=3),
+        lambda: gradtx.multi_steps(
+            gradtx.adam(0.1), schedules.constant(3.0), should_skip_update_fn=gradtx.skip_not_finite
+        ),
+    ],
+    ids=["sgd", "sgd-momentum", "adam", "multi_steps-adam-skip"],
+)
+def test_a_donated_step_copies_no_array(make):
+    """The accumulators are summed and reset outside the cond, in place: returned by a branch,
+    every accumulator was copied on every call (around SGD on 3.1M floats, 2.1x optax's
+    step). The program's branches are searched too."""
+    params = {"w": jnp.ones((64, 32)), "b": jnp.ones(32)}
+    program = donated_step_program(make(), params, params, whole=True)
+    assert re.findall(r"= f32\[[0-9,]+\]\S* copy\(", program) == []
+
+
+def test_a_donated_step_holds_one_buffer_beside_its_arguments():
+    """XLA's temporaries of a donated step: the updates, which leave the cond, and nothing
+    else (with the accumulators returned by the cond's branches, two gradient-sized buffers).
+    """
+    params = {"w": jnp.ones((256, 256))}
+    tx = gradtx.accumulate(gradtx.adam(0.1), every=4)
+
+    def step(p, s, g):
+        updates, s = tx.update(g, s, p)
+        return gradtx.apply_updates(p, updates), s
+
+    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params), params)
+    temp = lowered.compile().memory_analysis().temp_size_in_bytes
+    assert params["w"].nbytes <= temp < 1.5 * params["w"].nbytes
 
 
 def test_argument_errors():
