@@ -180,9 +180,11 @@ def run(
     compile_samples: int = _COMPILE_SAMPLES,
     fresh_caches: bool = True,
     out: str | None = None,
+    candidates: list[Any] | None = None,
 ) -> dict:
-    """Time every configuration on every workload; the report, written to `out` (if given)
-    after each row, so that a run stopped at a time limit keeps the rows it finished."""
+    """Time every configuration (of `candidates`, default the suite's `configs()`) on every
+    workload; the report, written to `out` (if given) after each row, so that a run stopped
+    at a time limit keeps the rows it finished."""
     bandwidth = measure_bandwidth(64 if reps < 5 else 256)
     results: list[dict] = []
     report = {
@@ -202,7 +204,7 @@ def run(
         s_bytes = np.dtype(jnp.dtype(workload.state_dtype or workload.dtype)).itemsize
         chosen = [
             config
-            for config in configs()
+            for config in (configs() if candidates is None else candidates)
             if (workload.only_configs is None or config.name in workload.only_configs)
             and config.applies(workload)
             and (not only or config.name in only)

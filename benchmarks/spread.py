@@ -2,6 +2,7 @@
 
     python -m benchmarks.spread                                   # packed, sgd momentum
     python -m benchmarks.spread --only transformer --config adam --lib gradtx
+    python -m benchmarks.spread --only large --config "accumulate(sgd)"   # a combinator
 
 Two `Contender`s of the same library and configuration (the same program, compiled twice,
 each with buffers of its own) are timed exactly as `benchmarks.run` times gradtx against
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import workloads as W
+from benchmarks.combinators import combinator_configs, large_leaves
 from benchmarks.configs import configs
 from benchmarks.run import Contender
 
@@ -22,12 +24,13 @@ _WORKLOADS = {
     "packed": lambda: W.many_leaves_packed(2000),
     "transformer": W.transformer_like,
     "big": W.one_big_leaf,
+    "large": large_leaves,
 }
 
 
 def measure(workload: W.Workload, config_name: str, lib: str, reps: int, rounds: int) -> dict:
     """Medians of the donated step of two copies of `lib`'s step, and their ratio."""
-    (config,) = [c for c in configs() if c.name == config_name]
+    (config,) = [c for c in configs() + combinator_configs() if c.name == config_name]
     # Compile times are not compared here: the caches are kept (`fresh=False`).
     pair = [
         Contender(lib, getattr(config, lib)(workload), workload, eager=False, fresh=False)

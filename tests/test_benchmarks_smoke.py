@@ -168,6 +168,23 @@ def test_moments_experiment_runs_and_layouts_agree(tmp_path):
         assert row["two arrays ms"] > 0 and row["one (..., 2) array ms"] > 0
 
 
+def test_combinators_benchmark_smoke_run(tmp_path):
+    """The combinators' benchmark keeps running: every configuration, both libraries."""
+    report = _run_json("benchmarks.combinators", ["--smoke"], tmp_path / "combinators.json")
+    rows = report["results"]
+    assert [r["config"] for r in rows] == [
+        "accumulate(sgd)",
+        "accumulate(sgd momentum)",
+        "accumulate(adam)",
+        "apply_if_finite(adam)",
+        "apply_if_finite, grads",
+        "masked(adam, kernels)",
+    ]
+    for row in rows:
+        for lib in ("gradtx", "optax"):
+            assert row[f"{lib}_donated_ms"] > 0 and row[f"{lib}_compile_s"] > 0, row["config"]
+
+
 def test_memory_benchmark_smoke_run(tmp_path):
     report = _run_json("benchmarks.memory", ["--smoke"], tmp_path / "memory.json")
     peaks = {(r["optimizer"], tuple(r["donate"])): r for r in report["peaks"]}

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
@@ -56,6 +57,11 @@ def _slot_paths(slots: dict[str, Any]) -> set[str]:
         else:
             out.add(path)
     return out
+
+
+def _where(flag: jax.Array, yes: Any, no: Any) -> Any:
+    """`yes` where `flag`, else `no`, leaf by leaf (`None` leaves kept)."""
+    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), yes, no)
 
 
 def _k_at(schedule: Any, gradient_step: Any) -> jax.Array:
@@ -280,13 +286,20 @@ class Accumulate(Transformation):
 
         # Both branches return the layout a partial update gives the step counts.
         inner = split_where_absent(state["inner"], updates)
-        stepped = jax.eval_shape(step, inner)[0]  # the update dtypes (state may widen)
+        traced, shapes = jax.make_jaxpr(step, return_shape=True)(inner)
+        stepped = shapes[0]  # the update dtypes (state may widen)
 
         def wait(inner_state: Any) -> tuple[Any, Any, Any]:
             zeros = shaped_like(jax.tree.map(jnp.zeros_like, updates), stepped)
             return zeros, inner_state, jnp.bool_(True)
 
-        new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
+        if keeps_no_arrays(inner) and is_elementwise(traced):
+            # A step as cheap as plain SGD runs on every call and is selected: XLA fuses it
+            # with the sum and the apply, where a cond adds kernels and a pass over memory.
+            both = zip(step(inner), wait(inner))
+            new_updates, inner_state, keep = (_where(fire, a, b) for a, b in both)
+        else:
+            new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
         acc = summed(keep)["acc"]
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),
@@ -333,7 +346,10 @@ def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumul
     and resets the accumulators. For a loss that is a mean over examples, $k$ micro-batches
     of size $b$ then give the step of one batch of size $kb$. The inner step runs under
     `jax.lax.cond`, only on the $k$-th call, and its state does not move on the others: its
-    step counts and schedules count optimizer steps, not micro-steps.
+    step counts and schedules count optimizer steps, not micro-steps. An inner step that
+    only does elementwise math and keeps no per-element state (plain SGD, a scale, a
+    schedule) is instead computed on every call and its results selected, which XLA fuses
+    with the sum and the apply; the updates and states are those of the $k$-th call alike.
 
     Accumulators are kept only for the paths that `tx` trains: `None` leaves of the params and
     the paths of `tx.frozen_paths(params)` (parameters frozen inside `tx`) have none, and a

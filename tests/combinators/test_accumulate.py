@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, ClassVar
 
@@ -238,14 +239,13 @@ def test_inner_runs_under_cond_and_state_matches_eagerly():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: gradtx.accumulate(gradtx.sgd(0.1), every=3),
         lambda: gradtx.accumulate(gradtx.sgd(0.1, momentum=0.9), every=3),
         lambda: gradtx.accumulate(gradtx.adam(0.1), every=3),
         lambda: gradtx.multi_steps(
             gradtx.adam(0.1), schedules.constant(3.0), should_skip_update_fn=gradtx.skip_not_finite
         ),
     ],
-    ids=["sgd", "sgd-momentum", "adam", "multi_steps-adam-skip"],
+    ids=["sgd-momentum", "adam", "multi_steps-adam-skip"],
 )
 def test_a_donated_step_copies_no_array(make):
     """The accumulators are summed and reset outside the cond, in place: returned by a branch,
@@ -254,6 +254,63 @@ def test_a_donated_step_copies_no_array(make):
     params = {"w": jnp.ones((64, 32)), "b": jnp.ones(32)}
     program = donated_step_program(make(), params, params, whole=True)
     assert re.findall(r"= f32\[[0-9,]+\]\S* copy\(", program) == []
+
+
+@pytest.mark.parametrize(
+    "inner, branches",
+    [
+        (lambda: gradtx.sgd(0.1), False),
+        (lambda: gradtx.sgd(schedules.cosine_decay(0.1, 10)), False),
+        (lambda: gradtx.chain(gradtx.clip(0.5), gradtx.scale(-0.1)), False),
+        (lambda: gradtx.sgd(0.1, momentum=0.9), True),  # per-element state
+        (lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.sgd(0.1)), True),
+        (lambda: gradtx.noisy_sgd(0.1), True),  # random bits
+    ],
+    ids=["sgd", "sgd-schedule", "clip-scale", "sgd-momentum", "clipped-norm", "noisy_sgd"],
+)
+def test_an_elementwise_step_without_arrays_in_its_state_runs_every_call(inner, branches):
+    """Such a step is computed on every call and selected, which XLA fuses with the sum and
+    the apply; any other runs under a `lax.cond`, only when the cycle is complete."""
+    tx = gradtx.accumulate(inner(), every=3)
+    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}
+    jaxpr = jax.make_jaxpr(lambda g, s: tx.update(g, s, params))(params, tx.init(params))
+    assert ("cond[" in str(jaxpr)) is branches
+
+
+@pytest.mark.parametrize("skip", [None, gradtx.skip_not_finite], ids=["fixed", "skip"])
+def test_a_selected_step_equals_the_branched_one(skip):
+    """`trace(0.0)` adds nothing to SGD's update but keeps per-element state, so the same
+    math runs under the cond: the accumulators and micro-steps agree to the bit, NaN
+    micro-steps included, and the params to rounding (XLA may fuse the selected update's
+    multiply with the apply's add)."""
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3), "b": jnp.ones(3)}
+    selected = gradtx.multi_steps(gradtx.sgd(0.3), 3, should_skip_update_fn=skip)
+    inner = gradtx.chain(gradtx.sgd(0.3), gradtx.trace(0.0))
+    branched = gradtx.multi_steps(inner, 3, should_skip_update_fn=skip)
+    grads = []
+    for i in range(7):
+        g = jax.tree.map(lambda x: jnp.asarray(RNG.normal(size=x.shape), x.dtype), params)
+        if i == 4 and skip is not None:
+            g = {**g, "w": g["w"].at[0, 0].set(jnp.nan)}
+        grads.append(g)
+    run = {}
+    for name, tx in (("selected", selected), ("branched", branched)):
+        step = jax.jit(functools.partial(_apply, tx))
+        p, s = params, tx.init(params)
+        for g in grads:
+            p, s = step(p, s, g)
+        run[name] = (p, s)
+    (p1, s1), (p2, s2) = run["selected"], run["branched"]
+    for path in ("w", "b"):
+        np.testing.assert_array_equal(s1["acc"][path], s2["acc"][path])
+        np.testing.assert_allclose(p1[path], p2[path], rtol=1e-6)
+    # 7 calls of cycles of 3: one call into the third cycle, or none when one was skipped
+    assert int(s1["micro_step"]) == int(s2["micro_step"]) == (1 if skip is None else 0)
+
+
+def _apply(tx: Any, params: Any, state: Any, grads: Any) -> tuple[Any, Any]:
+    updates, state = tx.update(grads, state, params)
+    return gradtx.apply_updates(params, updates), state
 
 
 def test_a_donated_step_holds_one_buffer_beside_its_arguments():

@@ -1,0 +1,68 @@
+"""Whether a traced step is elementwise: cheap enough to run where it may be thrown away.
+
+A combinator that runs its inner step on some calls only (`accumulate`) can either branch
+with `lax.cond` or compute the step every call and select its results. The branch costs
+kernels and buffers of its own; the select costs the step itself. For a step that keeps no
+per-element state and only does elementwise math (plain SGD, a scale), the select is the
+cheaper one: XLA fuses it with the work around it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex_core
+
+__all__ = ["is_elementwise", "keeps_no_arrays"]
+
+# Primitives that act element by element (broadcasts and reshapes of scalars included).
+_ELEMENTWISE = frozenset(
+    """abs add and atan2 broadcast_in_dim ceil clamp complex conj convert_element_type copy
+    copy_p cos div eq erf exp exp2 expand_dims expm1 floor ge gt imag integer_pow is_finite
+    le log log1p logistic lt max min mul ne neg nextafter not or pow real reduce_precision
+    rem reshape round rsqrt select_n sign sin sqrt square squeeze sub tan tanh xor""".split()
+)
+
+
+def _size(var: Any) -> int:
+    return int(np.prod(getattr(var.aval, "shape", ()), dtype=np.int64))
+
+
+def _sub_jaxprs(params: dict) -> list[Any]:
+    """The jaxprs a call-like equation runs (`jit`, `custom_jvp_call`, ...)."""
+    out = []
+    for value in params.values():
+        if isinstance(value, jex_core.ClosedJaxpr):
+            out.append(value.jaxpr)
+        elif isinstance(value, jex_core.Jaxpr):
+            out.append(value)
+    return out
+
+
+def is_elementwise(jaxpr: Any) -> bool:
+    """Whether `jaxpr` does only elementwise work on arrays of more than one element.
+
+    `jaxpr` is a `ClosedJaxpr` or `Jaxpr`; the calls it makes are looked into.
+
+    Scalar work (step counts, schedules, bias corrections) may be anything. A reduction,
+    a contraction, a loop, a branch, random bits or a host callback on an array is not
+    elementwise, nor is any primitive this module does not know.
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        variables = [*eqn.invars, *eqn.outvars]
+        if all(_size(v) <= 1 for v in variables if hasattr(v, "aval")):
+            continue
+        if eqn.primitive.name in _ELEMENTWISE:
+            continue
+        inner = _sub_jaxprs(eqn.params)
+        if not inner or not all(is_elementwise(j) for j in inner):
+            return False
+    return True
+
+
+def keeps_no_arrays(state: Any) -> bool:
+    """Whether every leaf of `state` holds at most one element (counts, scalars)."""
+    return all(np.size(leaf) <= 1 for leaf in jax.tree.leaves(state))
