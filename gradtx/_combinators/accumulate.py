@@ -349,7 +349,7 @@ def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumul
     step counts and schedules count optimizer steps, not micro-steps. An inner step that
     only does elementwise math and keeps no per-element state (plain SGD, a scale, a
     schedule) is instead computed on every call and its results selected, which XLA fuses
-    with the sum and the apply; the updates and states are those of the $k$-th call alike.
+    with the sum and the apply; the updates and states are the same as under the cond.
 
     Accumulators are kept only for the paths that `tx` trains: `None` leaves of the params and
     the paths of `tx.frozen_paths(params)` (parameters frozen inside `tx`) have none, and a

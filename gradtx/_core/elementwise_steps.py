@@ -46,12 +46,15 @@ def is_elementwise(jaxpr: Any) -> bool:
 
     `jaxpr` is a `ClosedJaxpr` or `Jaxpr`; the calls it makes are looked into.
 
-    Scalar work (step counts, schedules, bias corrections) may be anything. A reduction,
-    a contraction, a loop, a branch, random bits or a host callback on an array is not
-    elementwise, nor is any primitive this module does not know.
+    Scalar work (step counts, schedules, bias corrections) may be anything without effects.
+    A reduction, a contraction, a loop, a branch or random bits on an array is not
+    elementwise, nor is any primitive this module does not know; a host callback or any
+    other effect (printing a scalar, say) makes the step unfit to run on every call.
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     for eqn in jaxpr.eqns:
+        if eqn.effects:
+            return False
         variables = [*eqn.invars, *eqn.outvars]
         if all(_size(v) <= 1 for v in variables if hasattr(v, "aval")):
             continue

@@ -256,6 +256,13 @@ def test_a_donated_step_copies_no_array(make):
     assert re.findall(r"= f32\[[0-9,]+\]\S* copy\(", program) == []
 
 
+def _prints_its_scale(updates: Any, params: Any) -> Any:
+    """An elementwise step that also prints a scalar: an effect, so it must not run on
+    every micro-step."""
+    jax.debug.print("scale {}", jnp.float32(0.5))
+    return jax.tree.map(lambda g: 0.5 * g, updates)
+
+
 @pytest.mark.parametrize(
     "inner, branches",
     [
@@ -265,8 +272,17 @@ def test_a_donated_step_copies_no_array(make):
         (lambda: gradtx.sgd(0.1, momentum=0.9), True),  # per-element state
         (lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.sgd(0.1)), True),
         (lambda: gradtx.noisy_sgd(0.1), True),  # random bits
+        (lambda: gradtx.chain(gradtx.stateless(_prints_its_scale), gradtx.sgd(0.1)), True),
     ],
-    ids=["sgd", "sgd-schedule", "clip-scale", "sgd-momentum", "clipped-norm", "noisy_sgd"],
+    ids=[
+        "sgd",
+        "sgd-schedule",
+        "clip-scale",
+        "sgd-momentum",
+        "clipped-norm",
+        "noisy_sgd",
+        "host-callback",
+    ],
 )
 def test_an_elementwise_step_without_arrays_in_its_state_runs_every_call(inner, branches):
     """Such a step is computed on every call and selected, which XLA fuses with the sum and
