@@ -28,6 +28,10 @@ def donated_step_program(
     return hlo if whole else hlo[hlo.index("ENTRY") :]
 
 
+# A copy of a floating-point array in a compiled program (params, gradients or state); the
+# group is the instruction copied.
+FLOAT_ARRAY_COPY = re.compile(r"= (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\]\S* copy\(%([^)]*)\)")
+
 _ARRAY_DEF = re.compile(
     r"%(\S+) = (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\](\{[^}]*\})? (\S+)\((%[^,)]+)?"
 )

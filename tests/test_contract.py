@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from compiled import copies_in_called_computations, donated_step_program
+from compiled import FLOAT_ARRAY_COPY, copies_in_called_computations, donated_step_program
 from registry import NON_TRANSFORMATIONS, PER_NAME, REGISTRY, covered_names
 
 import gradtx
@@ -519,11 +519,6 @@ def test_donated_step_matches_undonated(entry):
         assert_trees_equal(u1, u2)
     assert_trees_equal(p1, p2)
     assert_trees_equal(s1, s2)
-
-
-# A copy of a floating-point array in a compiled program: params, gradients or state; the
-# group is the instruction copied.
-FLOAT_ARRAY_COPY = re.compile(r"= (?:bf16|f16|f32|f64|c64|c128)\[[0-9,]+\]\S* copy\(%([^)]*)\)")
 
 
 def _float_array_copies(tx: Any, apply: Any) -> int:

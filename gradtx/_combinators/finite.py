@@ -95,41 +95,34 @@ class ApplyIfFinite(Transformation):
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
-        if not self.check_updates:
-            # The gradients decide before the inner step runs, so a `cond` runs it or not:
-            # its new state is written in place, as without the wrapper, and nothing is kept
-            # aside.
-            finite = all_finite(updates)
+        old_inner = split_where_absent(state["inner"], updates)
+
+        def run(inner_state: Any) -> tuple[Any, Any]:
+            return self.inner.update(updates, inner_state, params, **extra)
+
+        if not self.check_updates or is_elementwise(jax.make_jaxpr(run)(old_inner)):
+            # The verdict comes before the inner step, which a `cond` runs or skips: its new
+            # state is written in place, as without the wrapper, and nothing is kept aside.
+            # To check its updates too, an elementwise step is computed once more, for their
+            # finiteness alone: XLA sums them as it computes them, writing nothing.
+            if self.check_updates:
+                finite = all_finite(jax.tree.map(_zero_unless_finite, updates, run(old_inner)[0]))
+            else:
+                finite = all_finite(updates)
             count, accept = self._verdict(finite, state)
             new_updates, inner = run_or_skip(
                 accept, self.inner, updates, state["inner"], params, extra, zero_skipped=True
             )
         else:
-            old_inner = split_where_absent(state["inner"], updates)
-
-            def run(inner_state: Any) -> tuple[Any, Any]:
-                return self.inner.update(updates, inner_state, params, **extra)
-
-            if is_elementwise(jax.make_jaxpr(run)(old_inner)):
-                # An elementwise step is cheap to compute twice: once for its updates'
-                # finiteness alone (XLA sums them as it computes them, writing nothing), then
-                # under a cond that writes its state in place, where keeping the new state
-                # aside for a select would take one more pass over it.
-                finite = all_finite(jax.tree.map(_zero_unless_finite, updates, run(old_inner)[0]))
-                count, accept = self._verdict(finite, state)
-                new_updates, inner = run_or_skip(
-                    accept, self.inner, updates, state["inner"], params, extra, zero_skipped=True
-                )
-            else:
-                new_updates, new_inner = run(old_inner)
-                finite = all_finite(updates) & all_finite(new_updates)
-                count, accept = self._verdict(finite, state)
-                new_updates = jax.tree.map(
-                    lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates
-                )
-                inner = jax.tree.map(
-                    lambda new, old: jnp.where(accept, new, old), new_inner, old_inner
-                )
+            # Any other step runs once; its new state and updates are kept aside until the
+            # check, then chosen against the old ones.
+            new_updates, new_inner = run(old_inner)
+            finite = all_finite(updates) & all_finite(new_updates)
+            count, accept = self._verdict(finite, state)
+            new_updates = jax.tree.map(
+                lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates
+            )
+            inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
         total = jnp.where(finite, state["total_notfinite"], next_count(state["total_notfinite"]))
         return new_updates, statistics(
             inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
