@@ -223,3 +223,21 @@ def test_all_finite_agrees_with_isfinite_and_writes_no_mask(dtype):
     leaf = jax.ShapeDtypeStruct((1 << 20,), dtype)
     program = jax.jit(all_finite).lower({"w": leaf}).compile().as_text()
     assert "pred[1048576]" not in program
+
+
+@pytest.mark.parametrize("size", [8, 1 << 16])
+def test_the_check_of_computed_updates_agrees_with_isfinite(size):
+    """Small leaves are summed; large ones are checked through a byte mask, one kernel
+    computing it and one reducing it, with no float array of the leaf's size written."""
+    from gradtx._combinators.finite import _all_finite_computed
+
+    base = jnp.linspace(-1.0, 1.0, size)
+    for bad in (None, np.nan, np.inf, -np.inf):
+        x = base if bad is None else base.at[size // 3].set(bad)
+        tree = {"a": x, "b": None, "c": jnp.ones(3)}
+        assert bool(_all_finite_computed(tree)) == (bad is None)
+    program = jax.jit(lambda x: _all_finite_computed(jnp.sqrt(x))).lower(base).compile().as_text()
+    entry = program[program.index("ENTRY") :]
+    masked = size >= 1 << 16
+    assert (f"u8[{size}]" in entry) == masked
+    assert f"f32[{size}]{{0}} fusion(" not in entry
