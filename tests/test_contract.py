@@ -5,14 +5,18 @@ donation) on one entry per public name (`registry.PER_NAME`)."""
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from compiled import FLOAT_ARRAY_COPY, copies_in_called_computations, donated_step_program
+from compiled import (
+    FLOAT_ARRAY_COPY,
+    argument_names,
+    copies_in_called_computations,
+    donated_step_program,
+)
 from registry import NON_TRANSFORMATIONS, PER_NAME, REGISTRY, covered_names
 
 import gradtx
@@ -583,11 +587,9 @@ def _copied_buffers(tx: Any, dtype: Any) -> tuple[set[str], list[str]]:
     grads = GRADS[0] if dtype == jnp.float32 else _make_grads(dtype)[0]
     whole = donated_step_program(tx, params, grads, whole=True)
     program = whole[whole.index("ENTRY") :]
-    names = dict(
-        re.findall(r'%(\S+) = \S+ parameter\(\d+\), metadata=\{op_name="([^"]*)"', program)
-    )
+    names = argument_names(program)
     copied = FLOAT_ARRAY_COPY.findall(program)
-    slots = {names.get(x, "").replace("\\", "").split("]")[0] + "]" for x in copied}
+    slots = {names.get(x, "").split("]")[0] + "]" for x in copied}
     return {slot for slot in slots if slot.startswith(("s[", "p["))}, (
         copies_in_called_computations(whole)
     )
@@ -602,10 +604,12 @@ def test_a_donated_step_copies_no_param_or_state_slot(entry, dtype):
     1.4x the step time on one 4M-float leaf; COCOB's reward, a `maximum`, likewise, and the
     params with it. With bfloat16 state, schedule-free's z and Rprop's slots were copied
     while the update read their unrounded new values.) Nor does a branch of a `lax.cond` or
-    a loop's body copy an array: accumulate's branches returned the accumulators, which XLA
-    copied on every call (2.1x optax's step around SGD on 3.1M floats)."""
+    a loop's body copy a param or a state slot: accumulate's branches returned the
+    accumulators, which XLA copied on every call (2.1x optax's step around SGD on 3.1M
+    floats). Its waiting branch may copy the gradients, which it passes through as its
+    updates."""
     copied, copied_inside = _copied_buffers(entry.make(entry.scalar), dtype)
-    assert copied_inside == []
+    assert [c for c in copied_inside if not c.startswith("g[")] == []
     if entry.id in READS_AN_OLD_SLOT:  # the list holds what float32 steps copy
         assert copied or dtype != jnp.float32, "nothing copied: take it out of READS_AN_OLD_SLOT"
     elif entry.id in READS_THE_OLD_PARAMS_IN_BF16 and dtype == jnp.bfloat16:

@@ -290,8 +290,10 @@ class Accumulate(Transformation):
         stepped = shapes[0]  # the update dtypes (state may widen)
 
         def wait(inner_state: Any) -> tuple[Any, Any, Any]:
-            zeros = shaped_like(jax.tree.map(jnp.zeros_like, updates), stepped)
-            return zeros, inner_state, jnp.bool_(True)
+            # The gradients stand in for the updates, which are zeroed after the cond: zeros
+            # made in the branch were one more kernel per leaf to compile (accumulate(adam)
+            # compiled in 1.03-1.22x optax's time with them, in 0.95-1.01x without).
+            return shaped_like(updates, stepped), inner_state, jnp.bool_(True)
 
         if keeps_no_arrays(inner) and is_elementwise(traced):
             # A step as cheap as plain SGD runs on every call and is selected: XLA fuses it
@@ -300,6 +302,7 @@ class Accumulate(Transformation):
             new_updates, inner_state, keep = (_where(fire, a, b) for a, b in both)
         else:
             new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
+        new_updates = jax.tree.map(lambda u: jnp.where(keep, jnp.zeros_like(u), u), new_updates)
         acc = summed(keep)["acc"]
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from compiled import FLOAT_ARRAY_COPY, donated_step_program
+from compiled import FLOAT_ARRAY_COPY, copies_in_called_computations, donated_step_program
 
 import gradtx
 from gradtx import schedules
@@ -246,13 +246,15 @@ def test_inner_runs_under_cond_and_state_matches_eagerly():
     ],
     ids=["sgd-momentum", "adam", "multi_steps-adam-skip"],
 )
-def test_a_donated_step_copies_no_array(make):
+def test_a_donated_step_copies_no_param_or_state(make):
     """The accumulators are summed and reset outside the cond, in place: returned by a branch,
     every accumulator was copied on every call (around SGD on 3.1M floats, 2.1x optax's
-    step). The program's branches are searched too."""
+    step). The waiting branch passes the gradients through as its updates, zeroed after the
+    cond: one copy of each, which compiled and ran faster than zeros made in the branch."""
     params = {"w": jnp.ones((64, 32)), "b": jnp.ones(32)}
     program = donated_step_program(make(), params, params, whole=True)
-    assert FLOAT_ARRAY_COPY.findall(program) == []
+    assert FLOAT_ARRAY_COPY.findall(program[program.index("ENTRY") :]) == []
+    assert sorted(copies_in_called_computations(program)) == ["g['b']", "g['w']"]
 
 
 def _prints_its_scale(updates: Any, params: Any) -> Any:
