@@ -1,6 +1,6 @@
-"""Combinators around an optimizer, against optax's, on a few large leaves.
+"""Combinators around an optimizer, against optax's, on a few large leaves and many small ones.
 
-    python -m benchmarks.combinators            # four leaves of 3.1M floats in all
+    python -m benchmarks.combinators            # four leaves of 3.1M floats, 150 small ones
     python -m benchmarks.combinators --smoke    # tiny leaves, to check that it runs
     python -m benchmarks.spread --only large --config "accumulate(sgd)"   # the day's spread
 
@@ -36,6 +36,12 @@ def large_leaves() -> W.Workload:
         "dec/scale": (1 << 20,),
     }
     return W.Workload("four large leaves", shapes)
+
+
+def small_leaves() -> W.Workload:
+    """150 leaves of 64 x 64 floats: steps bound by the kernels' count, compiles by the
+    kernels' code."""
+    return W.Workload("150 small leaves", {f"layers/{i}/kernel": (64, 64) for i in range(150)})
 
 
 def _accumulate_bytes(inner_slots: int) -> Any:
@@ -113,15 +119,15 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     if args.smoke:
-        workload = W.Workload("two small leaves", {"enc/kernel": (8, 8), "enc/bias": (8,)})
+        workloads = [W.Workload("two small leaves", {"enc/kernel": (8, 8), "enc/bias": (8,)})]
         reps, rounds, compile_samples, fresh = 2, 2, 1, False
     else:
-        workload = large_leaves()
+        workloads = [large_leaves(), small_leaves()]
         reps, rounds, compile_samples, fresh = 5, 8, 3, True
     print(f"jax {jax.__version__} on {jax.default_backend()}; times are medians in ms")
     print(HEADER)
     report = run(
-        [workload],
+        workloads,
         reps,
         0,
         rounds,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import workloads as W
-from benchmarks.combinators import combinator_configs, large_leaves
+from benchmarks.combinators import combinator_configs, large_leaves, small_leaves
 from benchmarks.configs import configs
 from benchmarks.run import Contender
 
@@ -25,6 +25,7 @@ _WORKLOADS = {
     "transformer": W.transformer_like,
     "big": W.one_big_leaf,
     "large": large_leaves,
+    "small": small_leaves,
 }
 
 

@@ -291,8 +291,8 @@ class Accumulate(Transformation):
 
         def wait(inner_state: Any) -> tuple[Any, Any, Any]:
             # The gradients stand in for the updates, which are zeroed after the cond: zeros
-            # made in the branch were one more kernel per leaf to compile (accumulate(adam)
-            # compiled in 1.03-1.22x optax's time with them, in 0.95-1.01x without).
+            # made in the branch were one more kernel per leaf to compile (around Adam, a
+            # compile of 1.15x optax's with them, 1.08x with this copy).
             return shaped_like(updates, stepped), inner_state, jnp.bool_(True)
 
         if keeps_no_arrays(inner) and is_elementwise(traced):
