@@ -103,6 +103,7 @@ part kernels_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_graphs.json"
 part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
   $PY -m benchmarks.kernels $S --out "$OUT/kernels_no_graphs.json"
-# Last, the combinators around an optimizer on large leaves (accumulate, apply_if_finite).
-part combinators 90 40 $PY -m benchmarks.combinators $S --out "$OUT/combinators.json"
+# Last, the combinators around an optimizer (accumulate, apply_if_finite), on large leaves
+# and then on 150 small ones (each row is written as it finishes).
+part combinators 150 40 $PY -m benchmarks.combinators $S --out "$OUT/combinators.json"
 echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"
