@@ -172,13 +172,13 @@ def apply_if_finite(
     Checking the updates as well catches a step that overflows inside `tx` (a second moment
     that reaches infinity) from finite gradients. It costs time. An elementwise `tx` (Adam,
     SGD, Lion: no reduction or loop over an array) is computed twice, first for the check
-    alone, then under a `jax.lax.cond` that writes its state in place (around Adam,
-    1.09-1.12x optax's step time on 3.1M floats on the CPU). Any other
-    `tx` keeps its new state and updates aside until the check, which then chooses them or
-    the old ones, one more pass over the state. With `check_updates=False` only the
-    gradients are checked, as optax does: they decide before `tx` runs, which a
-    `jax.lax.cond` then runs or skips, writing its state in place (0.83-0.90x optax's step
-    time there).
+    alone, then under a `jax.lax.cond` that writes its state in place (around Adam on the
+    CPU, 1.09-1.12x optax's step time on 3.1M floats, 1.13-1.16x on 150 leaves of 64 x 64
+    floats). Any other `tx` keeps its new state and updates aside until the check, which
+    then chooses them or the old ones, one more pass over the state. With
+    `check_updates=False` only the gradients are checked, as optax does: they decide before
+    `tx` runs, which a `jax.lax.cond` then runs or skips, writing its state in place
+    (0.83-0.92x optax's step time on both).
 
     Args:
         tx: the transformation to guard (optax ones are wrapped).
