@@ -552,7 +552,7 @@ def test_a_donated_step_copies_no_more_arrays_than_optax(entry):
 # param, as it does optax's. (Momo's new lower bound reads the params in its sums; summed in
 # a fixed pairwise order, they were copied.) `accumulate` around plain SGD runs the step on
 # every call and selects it: the update and the new sum each read the old sum, as in optax's
-# `MultiSteps` (a `lax.cond` copies nothing, but costs kernels: 1.3-1.5x optax's compile).
+# `MultiSteps` (a `lax.cond` copies no slot, but costs kernels: 1.3-1.5x optax's compile).
 READS_AN_OLD_SLOT = {
     "scale_by_adan",
     "adan",

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._combinators.conditional import choose, zeros_unless
 from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
@@ -57,11 +58,6 @@ def _slot_paths(slots: dict[str, Any]) -> set[str]:
         else:
             out.add(path)
     return out
-
-
-def _where(flag: jax.Array, yes: Any, no: Any) -> Any:
-    """`yes` where `flag`, else `no`, leaf by leaf (`None` leaves kept)."""
-    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), yes, no)
 
 
 def _k_at(schedule: Any, gradient_step: Any) -> jax.Array:
@@ -299,10 +295,10 @@ class Accumulate(Transformation):
             # A step as cheap as plain SGD runs on every call and is selected: XLA fuses it
             # with the sum and the apply, where a cond adds kernels and a pass over memory.
             both = zip(step(inner), wait(inner))
-            new_updates, inner_state, keep = (_where(fire, a, b) for a, b in both)
+            new_updates, inner_state, keep = (choose(fire, a, b) for a, b in both)
         else:
             new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
-        new_updates = jax.tree.map(lambda u: jnp.where(keep, jnp.zeros_like(u), u), new_updates)
+        new_updates = zeros_unless(jnp.logical_not(keep), new_updates)
         acc = summed(keep)["acc"]
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),

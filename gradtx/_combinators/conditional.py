@@ -23,6 +23,16 @@ __all__ = [
 ]
 
 
+def choose(flag: Any, yes: Any, no: Any) -> Any:
+    """`yes` where the scalar `flag` holds, else `no`, leaf by leaf (`None` leaves kept)."""
+    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), yes, no)
+
+
+def zeros_unless(flag: Any, tree: Any) -> Any:
+    """`tree` where the scalar `flag` holds, else zeros of its shapes and dtypes."""
+    return jax.tree.map(lambda x: jnp.where(flag, x, jnp.zeros_like(x)), tree)
+
+
 def run_or_skip(
     active: Any,
     inner: Transformation,

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
-from gradtx._combinators.conditional import run_or_skip
+from gradtx._combinators.conditional import choose, run_or_skip, zeros_unless
 from gradtx._core.elementwise_steps import is_elementwise
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
@@ -141,10 +141,8 @@ class ApplyIfFinite(Transformation):
             new_updates, new_inner = run(old_inner)
             finite = all_finite(updates) & all_finite(new_updates)
             count, accept = self._verdict(finite, state)
-            new_updates = jax.tree.map(
-                lambda u: jnp.where(accept, u, jnp.zeros_like(u)), new_updates
-            )
-            inner = jax.tree.map(lambda new, old: jnp.where(accept, new, old), new_inner, old_inner)
+            new_updates = zeros_unless(accept, new_updates)
+            inner = choose(accept, new_inner, old_inner)
         total = jnp.where(finite, state["total_notfinite"], next_count(state["total_notfinite"]))
         return new_updates, statistics(
             inner=inner, notfinite_count=count, total_notfinite=total, last_finite=finite
