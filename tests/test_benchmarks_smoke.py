@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from xla_settings import with_xla_defaults
 
@@ -183,6 +184,15 @@ def test_combinators_benchmark_smoke_run(tmp_path):
     for row in rows:
         for lib in ("gradtx", "optax"):
             assert row[f"{lib}_donated_ms"] > 0 and row[f"{lib}_compile_s"] > 0, row["config"]
+
+
+def test_lbfgs_benchmark_smoke_run(tmp_path):
+    """The L-BFGS benchmark keeps running, both libraries taking the same steps."""
+    report = _run_json("benchmarks.lbfgs", ["--smoke"], tmp_path / "lbfgs.json")
+    (row,) = report["rows"]
+    assert row["steps"] == 8 and np.isfinite(row["final_loss"])
+    for lib in ("gradtx", "optax"):
+        assert row[f"{lib}_step_ms"] > 0 and row[f"{lib}_compile_s"] > 0
 
 
 def test_memory_benchmark_smoke_run(tmp_path):

@@ -113,7 +113,6 @@ class ScaleByZoomLinesearch(Linesearch):
         if self.max_learning_rate is not None:
             start = jnp.minimum(start, cast(self.max_learning_rate, dtype))
         origin = (jnp.zeros((), dtype), line.value0, line.slope0)
-        last = (*origin, list(line.grad0))
         carry = {
             "step": jnp.zeros((), jnp.int32),
             "zoom_steps": jnp.zeros((), jnp.int32),
@@ -125,13 +124,20 @@ class ScaleByZoomLinesearch(Linesearch):
             "lo": origin,
             "hi": origin,
             "rec": origin[:2],
-            "last": last,
-            "safe": last,
+            "last": (*origin, list(line.grad0)),
+            # The safest point so far, without its gradient: selecting a whole gradient on
+            # every trial cost a pass over it per trial, for a point taken only when the
+            # search fails. Then one more pass of the loop evaluates it again ("refetching"),
+            # in place, where a `lax.cond` after the loop copied the gradient on every step.
+            "safe": origin,
+            "safe_is_last": jnp.zeros((), bool),
+            "refetching": jnp.zeros((), bool),
             "found": jnp.zeros((), bool),
         }
 
         def keep_going(carry: dict) -> jax.Array:
-            return ~carry["done"] & (carry["step"] < self.max_linesearch_steps)
+            searching = ~carry["done"] & (carry["step"] < self.max_linesearch_steps)
+            return searching | carry["refetching"]
 
         def iterate(carry: dict) -> dict:  # explicit axes: the carry keeps its layouts
             return jax.tree.map(like, self._iterate(line, c, carry), carry)
@@ -140,7 +146,8 @@ class ScaleByZoomLinesearch(Linesearch):
         # Both conditions met: the last point. Else the lowest value that decreased enough,
         # if any; else the last point tried.
         use_last = carry["met"] | ~carry["found"]
-        eta, value, slope, grads = _pick(use_last, carry["last"], carry["safe"])
+        eta, value, slope = _pick(use_last, carry["last"][:3], carry["safe"])
+        grads = carry["last"][3]  # the safe point's, when it was evaluated again
         decrease_error = jnp.where(
             c.decrease(eta, value, slope), jnp.zeros((), dtype), c.excess(eta, value)
         )
@@ -155,10 +162,17 @@ class ScaleByZoomLinesearch(Linesearch):
         return self.finish(line, state, eta, value, grads, info)
 
     def _iterate(self, line: Line, c: _Conditions, carry: dict) -> dict:
-        """Evaluate the trial step size, then move the bracket or the zoom interval."""
-        eta = carry["trial"]
-        value, slope, grads = line.value_and_grad(eta)
-        point = (eta, value, slope)
+        """Evaluate the trial step size, then search on, or keep the gradient refetched."""
+        value, slope, grads = line.value_and_grad(carry["trial"])
+        point = (carry["trial"], value, slope)
+        searched = self._search(c, carry, point, grads)
+        refetched = {**carry, "last": (*point, grads), "done": True, "refetching": False}
+        return _pick(carry["refetching"], refetched, searched)
+
+    def _search(self, c: _Conditions, carry: dict, point: tuple, grads: list) -> dict:
+        """Move the bracket or the zoom interval by the trial `point`; the next trial."""
+        eta, value, slope = point
+        dtype = eta.dtype
         decrease = c.decrease(eta, value, slope)
         met = decrease & c.curvature(slope)
         safer = decrease & (~carry["found"] | (value < carry["safe"][1]))
@@ -166,7 +180,8 @@ class ScaleByZoomLinesearch(Linesearch):
         out["step"] = carry["step"] + 1
         out["met"] = met
         out["last"] = (*point, grads)
-        out["safe"] = _pick(safer, (*point, grads), carry["safe"])
+        out["safe"] = _pick(safer, point, carry["safe"])
+        out["safe_is_last"] = safer
         out["found"] = carry["found"] | decrease
 
         # Bracketing (Algorithm 3.5): [prev, eta] or [eta, prev] holds a step size meeting
@@ -175,9 +190,9 @@ class ScaleByZoomLinesearch(Linesearch):
         above = ~decrease | ((carry["step"] > 0) & (value >= prev[1]))
         upward = ~above & ~met & (slope >= 0)
         grow = ~above & ~met & ~upward
-        larger = eta * cast(self.increase_factor, line.dtype)
+        larger = eta * cast(self.increase_factor, dtype)
         if self.max_learning_rate is not None:
-            larger = jnp.minimum(larger, cast(self.max_learning_rate, line.dtype))
+            larger = jnp.minimum(larger, cast(self.max_learning_rate, dtype))
         stuck = grow & (larger <= eta)  # at the largest step size allowed
         bracket = {
             "lo": _pick(above, prev, point),
@@ -206,9 +221,15 @@ class ScaleByZoomLinesearch(Linesearch):
         }
         for key, value_ in _pick(carry["zooming"], zoom, bracket).items():
             out[key] = value_
-        narrow = jnp.abs(out["hi"][0] - out["lo"][0]) <= cast(self.stepsize_precision, line.dtype)
+        narrow = jnp.abs(out["hi"][0] - out["lo"][0]) <= cast(self.stepsize_precision, dtype)
         out["done"] = out["done"] | (out["zooming"] & narrow & out["found"])
         out["trial"] = jnp.where(out["zooming"], _next_in_interval(out), larger)
+        # Stopping short of both conditions at a later trial than the safe point: one more
+        # pass evaluates the safe point's gradient.
+        stopping = out["done"] | (out["step"] >= self.max_linesearch_steps)
+        refetch = stopping & ~met & out["found"] & ~safer
+        out["refetching"] = refetch
+        out["trial"] = jnp.where(refetch, out["safe"][0], out["trial"])
         return out
 
 
@@ -283,7 +304,9 @@ def scale_by_zoom_linesearch(
     `stepsize_precision` and some trial decreased enough, at the largest step size
     allowed, or after `max_linesearch_steps` trials. Unless both conditions were met, it
     takes the trial with the lowest value among those that decreased enough, or else the
-    last trial. The output is $\eta u$; $u$ should be a descent direction.
+    last trial; taking an earlier trial than the last, it evaluates `value_fn` and its
+    gradient there once more (not counted as a trial), which keeps the search's memory to one
+    gradient. The output is $\eta u$; $u$ should be a descent direction.
 
     Call it as `tx.update(updates, state, params, value=loss, grad=grads,
     value_fn=loss_fn)`; extra keyword arguments that `value_fn` names after the params are

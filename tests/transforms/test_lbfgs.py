@@ -552,6 +552,43 @@ def test_zoom_picks_the_parabolas_minimum():
     assert float(info["scale_by_zoom_linesearch/info/curvature_error"]) == 0.0
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_zoom_falls_back_to_an_earlier_trial_with_its_own_gradient(jit):
+    """Out of trials after overshooting, the search takes the lower earlier trial, and keeps
+    the gradient there (evaluated once more), not the last trial's."""
+    loss_fn = lambda p: jnp.sum((p["w"] - 1.0) ** 2)  # noqa: E731
+    params = {"w": jnp.zeros(2)}
+    value, grads = jax.value_and_grad(loss_fn)(params)
+    # eta = 1 reaches w = 0.05: lower, but the slope is still steep, so it grows the step
+    # 39.5-fold to w = 1.975, lower than the start but above w = 0.05, with no trial left.
+    tx = gradtx.scale_by_zoom_linesearch(2, increase_factor=39.5)
+    direction = {"w": jnp.full(2, 0.05)}
+
+    def update(direction, state, params, value, grads):
+        return tx.update(direction, state, params, value=value, grad=grads, value_fn=loss_fn)
+
+    update = jax.jit(update) if jit else update
+    updates, state = update(direction, tx.init(params), params, value, grads)
+    np.testing.assert_allclose(updates["w"], [0.05, 0.05])
+    moved = gradtx.apply_updates(params, updates)
+    np.testing.assert_allclose(state["grad"]["w"], jax.grad(loss_fn)(moved)["w"], rtol=1e-6)
+    np.testing.assert_allclose(state["value"], loss_fn(moved), rtol=1e-6)
+    assert int(state["info"]["num_linesearch_steps"]) == 2
+    assert float(state["info"]["curvature_error"]) > 0  # not both conditions: the fallback
+
+    def loss(flat):
+        return float(np.sum((flat["w"] - 1.0) ** 2))
+
+    def grad(flat):
+        return {"w": 2.0 * (flat["w"] - 1.0)}
+
+    reference = rl.zoom(2, increase_factor=39.5)
+    ref_state = {**reference.init({}), "objective": rl.Objective(loss, grad, 2.0, flat64(grads))}
+    want, ref_state = reference.update(flat64(direction), ref_state, flat64(params))
+    np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-6)
+    np.testing.assert_allclose(state["grad"]["w"], ref_state["grad"]["w"], rtol=1e-6)
+
+
 def test_extra_arguments_reach_value_fn():
     def loss_fn(p, batch):
         return jnp.sum((p["w"] - batch) ** 2)
