@@ -106,4 +106,6 @@ part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
 # Last, the combinators around an optimizer (accumulate, apply_if_finite), on large leaves
 # and then on 150 small ones (each row is written as it finishes).
 part combinators 150 40 $PY -m benchmarks.combinators $S --out "$OUT/combinators.json"
+# L-BFGS with its zoom line search on the large leaves (a loop of trials inside the step).
+part lbfgs 90 40 $PY -m benchmarks.lbfgs --only large $S --out "$OUT/lbfgs.json"
 echo "== total $(($(date +%s) - START)) s" | tee -a "$OUT/summary.txt"

@@ -1,8 +1,9 @@
 """L-BFGS with its zoom line search, against optax's, on a few large leaves and many small ones.
 
-    python -m benchmarks.lbfgs            # four leaves of 3.1M floats, 150 of 64 x 64
-    python -m benchmarks.lbfgs --smoke    # tiny leaves, to check that it runs
-    python -m benchmarks.lbfgs --spread   # optax against a copy of itself: the day's spread
+    python -m benchmarks.lbfgs                # four leaves of 3.1M floats, 150 of 64 x 64
+    python -m benchmarks.lbfgs --only large   # the large leaves alone
+    python -m benchmarks.lbfgs --smoke        # tiny leaves, to check that it runs
+    python -m benchmarks.lbfgs --spread       # optax against a copy of itself: the spread
 
 A step is what a user's loop runs: the loss and gradient (read back from the line search's
 state after the first step, `value_and_grad_from_state`), the update, whose line search
@@ -143,13 +144,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--spread", action="store_true", help="optax against a copy of itself: the day's spread"
     )
+    parser.add_argument("--only", default="", help="run workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/lbfgs.json")
     args = parser.parse_args(argv)
     if args.smoke:
         workloads = [W.Workload("two small leaves", {"enc/kernel": (8, 8), "enc/bias": (8,)})]
         rounds, compiles = 2, 1
     else:
-        workloads = [large_leaves(), small_leaves()]
+        workloads = [w for w in (large_leaves(), small_leaves()) if args.only in w.name]
         rounds, compiles = 8, 3
     print(f"jax {jax.__version__} on {jax.default_backend()}: L-BFGS (zoom line search),")
     print(f"{args.steps} donated steps per block from the same start; medians")

@@ -1,7 +1,7 @@
 """Memory of a training step: its compiled peak, and whether it stays flat over many steps.
 
     python -m benchmarks.memory                  # 20M params for the peaks, 10,000 steps
-    python -m benchmarks.memory --smoke          # small sizes, a few hundred steps
+    python -m benchmarks.memory --smoke          # small sizes, 150 steps
 
 Peak memory comes from XLA's memory analysis of the compiled, donated step
 `(params, state, grads) -> (params, state)`: the arguments, plus the outputs that do not
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
-    n, steps = (200_000, 300) if args.smoke else (args.params, args.steps)
+    n, steps = (200_000, 150) if args.smoke else (args.params, args.steps)
 
     params = _params(n)
     peaks = [peak_row(name, make(), params) for name, make in OPTIMIZERS.items()]
