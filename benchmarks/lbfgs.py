@@ -98,8 +98,8 @@ def measure(
 ) -> dict:
     """Compile and step times of both libraries on `workload`, and their ratios; with
     `spread`, of optax against a copy of itself (named "gradtx" in the row)."""
-    ours = "optax" if spread else "gradtx"
-    contenders = [Contender("gradtx", ours, workload), Contender("optax", "optax", workload)]
+    first = "optax" if spread else "gradtx"
+    contenders = [Contender("gradtx", first, workload), Contender("optax", "optax", workload)]
     for r in range(compiles):
         for contender in contenders if r % 2 == 0 else contenders[::-1]:
             contender.compile()

@@ -127,10 +127,9 @@ class ScaleByZoomLinesearch(Linesearch):
             "last": (*origin, list(line.grad0)),
             # The safest point so far, without its gradient: selecting a whole gradient on
             # every trial cost a pass over it per trial, for a point taken only when the
-            # search fails. Then one more pass of the loop evaluates it again ("refetching"),
-            # in place, where a `lax.cond` after the loop copied the gradient on every step.
+            # search fails. Then one more pass of the loop ("refetching") evaluates it again,
+            # in place (a `lax.cond` after the loop would copy the gradient on every step).
             "safe": origin,
-            "safe_is_last": jnp.zeros((), bool),
             "refetching": jnp.zeros((), bool),
             "found": jnp.zeros((), bool),
         }
@@ -181,7 +180,6 @@ class ScaleByZoomLinesearch(Linesearch):
         out["met"] = met
         out["last"] = (*point, grads)
         out["safe"] = _pick(safer, point, carry["safe"])
-        out["safe_is_last"] = safer
         out["found"] = carry["found"] | decrease
 
         # Bracketing (Algorithm 3.5): [prev, eta] or [eta, prev] holds a step size meeting
