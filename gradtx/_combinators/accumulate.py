@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from gradtx._combinators.conditional import choose, zeros_unless
-from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays
+from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays, trace_once
 from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
@@ -282,7 +282,7 @@ class Accumulate(Transformation):
 
         # Both branches return the layout a partial update gives the step counts.
         inner = split_where_absent(state["inner"], updates)
-        traced, shapes = jax.make_jaxpr(step, return_shape=True)(inner)
+        traced, shapes, replayed = trace_once(step, inner)
         stepped = shapes[0]  # the update dtypes (state may widen)
 
         def wait(inner_state: Any) -> tuple[Any, Any, Any]:
@@ -294,10 +294,10 @@ class Accumulate(Transformation):
         if keeps_no_arrays(inner) and is_elementwise(traced):
             # A step as cheap as plain SGD runs on every call and is selected: XLA fuses it
             # with the sum and the apply, where a cond adds kernels and a pass over memory.
-            both = zip(step(inner), wait(inner))
+            both = zip(replayed(inner), wait(inner))
             new_updates, inner_state, keep = (choose(fire, a, b) for a, b in both)
         else:
-            new_updates, inner_state, keep = lax.cond(fire, step, wait, inner)
+            new_updates, inner_state, keep = lax.cond(fire, replayed, wait, inner)
         new_updates = zeros_unless(jnp.logical_not(keep), new_updates)
         acc = summed(keep)["acc"]
         new_state = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._core.elementwise_steps import trace_once
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
 from gradtx._core.widening import shaped_like
@@ -42,26 +44,33 @@ def run_or_skip(
     extra: dict,
     *,
     zero_skipped: bool,
+    traced: tuple[Any, Callable] | None = None,
 ) -> tuple[Any, Any]:
     """`inner.update` where `active`, else the updates (zeroed if `zero_skipped`) and `state`.
 
     One `lax.cond`, so the inner step runs only where it is chosen and writes its state in
     place. `state` is split where `updates` lack paths (both branches return the layout a
     partial update gives the step counts), and a skipped step's updates take the dtypes the
-    inner step's would have (its state may widen them).
+    inner step's would have (its state may widen them). The inner step is traced once
+    (`trace_once`); a caller that has traced it already passes its output shapes and
+    replay (on the split state) as `traced`.
     """
     state = split_where_absent(state, updates)
 
-    def run(inner_state: Any) -> tuple[Any, Any]:
-        return inner.update(updates, inner_state, params, **extra)
+    if traced is None:
 
-    ran = jax.eval_shape(run, state)[0]
+        def run(inner_state: Any) -> tuple[Any, Any]:
+            return inner.update(updates, inner_state, params, **extra)
+
+        traced = trace_once(run, state)[1:]
+    shapes, replayed = traced
+    ran = shapes[0]
 
     def skip(inner_state: Any) -> tuple[Any, Any]:
         kept = jax.tree.map(jnp.zeros_like, updates) if zero_skipped else updates
         return shaped_like(kept, ran), inner_state
 
-    return lax.cond(active, run, skip, state)
+    return lax.cond(active, replayed, skip, state)
 
 
 def _check_condition(fn: Any, name: str) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -227,17 +229,35 @@ def test_all_finite_agrees_with_isfinite_and_writes_no_mask(dtype):
 
 @pytest.mark.parametrize("size", [8, 1 << 16])
 def test_the_check_of_computed_updates_agrees_with_isfinite(size):
-    """Small leaves are summed; large ones are checked through a byte mask, one kernel
-    computing it and one reducing it, with no float array of the leaf's size written."""
-    from gradtx._combinators.finite import _all_finite_computed
+    """The check reads `g * 0 + u * 0` (0, or NaN where either is not finite). Small leaves
+    are summed; large ones are checked through a byte mask, one kernel computing it and one
+    reducing it, with no float array of the leaf's size written."""
+    from gradtx._combinators.finite import _check_computed
 
     base = jnp.linspace(-1.0, 1.0, size)
     for bad in (None, np.nan, np.inf, -np.inf):
         x = base if bad is None else base.at[size // 3].set(bad)
-        tree = {"a": x, "b": None, "c": jnp.ones(3)}
-        assert bool(_all_finite_computed(tree)) == (bad is None)
-    program = jax.jit(lambda x: _all_finite_computed(jnp.sqrt(x))).lower(base).compile().as_text()
+        tree = {"a": x * 0, "b": None, "c": jnp.zeros(3)}
+        assert bool(_check_computed(tree)) == (bad is None)
+    program = jax.jit(lambda x: _check_computed(jnp.sqrt(x) * 0)).lower(base).compile().as_text()
     entry = program[program.index("ENTRY") :]
     masked = size >= 1 << 16
     assert (f"u8[{size}]" in entry) == masked
     assert f"f32[{size}]{{0}} fusion(" not in entry
+
+
+@pytest.mark.parametrize("shape, times", [((16, 16), 1), ((256, 256), 2)], ids=["small", "large"])
+def test_a_checked_elementwise_step_computes_a_small_leaf_once(shape, times):
+    """Adam's square root appears once per small leaf in the donated step's program when its
+    updates are checked, as when the gradients alone are: the updates computed for the check
+    are the ones taken, and the branch computes the state alone. A large leaf's updates are
+    computed again in the branch (the check reads them as a byte mask, on every core)."""
+    params = {f"w{i}": jnp.zeros(shape) for i in range(6)}
+
+    def square_roots(check_updates: bool) -> int:
+        tx = gradtx.apply_if_finite(gradtx.adam(1e-3), 3, check_updates=check_updates)
+        program = donated_step_program(tx, params, params, whole=True)
+        return len(re.findall(r"= f32\[[0-9,]+\]\{[0-9,]*\} sqrt\(", program))
+
+    assert square_roots(False) == 6
+    assert square_roots(True) == 6 * times
