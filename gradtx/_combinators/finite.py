@@ -60,9 +60,7 @@ def _check_computed(tree: Any) -> jax.Array:
 
 def _taken_from_check(accept: Any, checked: Any, ran: Any) -> Any:
     """A leaf's updates: on a small leaf those computed for the check, else the branch's."""
-    if checked.size < _LARGE_LEAF:
-        return jnp.where(accept, checked, jnp.zeros_like(checked))
-    return ran
+    return zeros_unless(accept, checked) if checked.size < _LARGE_LEAF else ran
 
 
 def _zero_unless_finite(g: Any, u: Any) -> Any:
