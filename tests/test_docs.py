@@ -156,6 +156,50 @@ def test_page_examples_run(page):
     assert not report, report
 
 
+# --- tables ------------------------------------------------------------------------------------
+
+TABLE_PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"])
+SEPARATOR = re.compile(r"\|(\s*:?-+:?\s*\|)+")
+
+
+def _cells(row: str) -> int:
+    """How many cells a table row has: its pipes outside code spans, less the outer two."""
+    outside = re.sub(r"`[^`]*`", "", row.strip())
+    return outside.count("|") - 1
+
+
+def _table_faults(text: str) -> list[str]:
+    """Each table row, by line number, that Markdown would not render as its table's row."""
+    faults, lines, fenced, columns = [], text.split("\n"), False, None
+    for number, line in enumerate(lines, start=1):
+        fenced ^= line.startswith("```")
+        if fenced or not line.startswith("|"):
+            columns = None
+            continue
+        if columns is None:  # a header: the next line must separate it from the rows
+            columns = _cells(line)
+            below = lines[number] if number < len(lines) else ""
+            if not SEPARATOR.fullmatch(below.strip()):
+                faults.append(f"line {number}: a table header without a |---| line under it")
+        elif _cells(line) != columns:
+            faults.append(f"line {number}: {_cells(line)} cells in a table of {columns}")
+    return faults
+
+
+@pytest.mark.parametrize("page", TABLE_PAGES, ids=lambda p: p.name)
+def test_every_table_renders(page):
+    """Each page's tables have a separator under the header and as many cells in every row."""
+    assert not _table_faults(page.read_text()), (page.name, _table_faults(page.read_text()))
+
+
+def test_the_table_check_sees_a_missing_separator_and_a_short_row():
+    text = "| a | b |\n| 1 | 2 |\n\n| a | `x | y` |\n|---|---|\n| 1 |\n"
+    assert _table_faults(text) == [
+        "line 1: a table header without a |---| line under it",
+        "line 6: 1 cells in a table of 2",
+    ]
+
+
 # --- notebooks ---------------------------------------------------------------------------------
 
 
