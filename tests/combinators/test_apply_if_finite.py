@@ -237,13 +237,29 @@ def test_the_check_of_computed_updates_agrees_with_isfinite(size):
     base = jnp.linspace(-1.0, 1.0, size)
     for bad in (None, np.nan, np.inf, -np.inf):
         x = base if bad is None else base.at[size // 3].set(bad)
-        tree = {"a": x * 0, "b": None, "c": jnp.zeros(3)}
-        assert bool(_check_computed(tree)) == (bad is None)
-    program = jax.jit(lambda x: _check_computed(jnp.sqrt(x) * 0)).lower(base).compile().as_text()
+        for grads, computed in ((x, base), (base, x)):  # a bad gradient, then a bad update
+            checked = _check_computed(
+                {"a": grads, "b": None, "c": jnp.ones(3)},
+                {"a": computed, "b": None, "c": jnp.zeros(3)},
+            )
+            assert bool(checked) == (bad is None)
+    program = jax.jit(lambda x: _check_computed(x, jnp.sqrt(x))).lower(base).compile().as_text()
     entry = program[program.index("ENTRY") :]
     masked = size >= 1 << 16
     assert (f"u8[{size}]" in entry) == masked
     assert f"f32[{size}]{{0}} fusion(" not in entry
+
+
+def test_the_check_of_leaves_of_one_shape_is_traced_once():
+    """Each leaf's check is a call of one jitted function, traced once for all the leaves of
+    one shape and dtype: six leaves make six calls of one jaxpr, and a seventh leaf of
+    another shape one more."""
+    params = {f"w{i}": jnp.zeros((8, 8)) for i in range(6)} | {"b": jnp.zeros(8)}
+    tx = gradtx.apply_if_finite(gradtx.adam(1e-3), 3)
+    jaxpr = jax.make_jaxpr(lambda g, s: tx.update(g, s, params))(params, tx.init(params))
+    checks = [e for e in jaxpr.jaxpr.eqns if e.params.get("name") == "_leaf_finite"]
+    assert len(checks) == 7
+    assert len({id(e.params["jaxpr"]) for e in checks}) == 2
 
 
 @pytest.mark.parametrize("shape, times", [((16, 16), 1), ((256, 256), 2)], ids=["small", "large"])
