@@ -44,16 +44,16 @@ def run_or_skip(
     extra: dict,
     *,
     zero_skipped: bool,
-    traced: tuple[Any, Callable] | None = None,
+    traced: tuple[Any, Any, Callable] | None = None,
 ) -> tuple[Any, Any]:
     """`inner.update` where `active`, else the updates (zeroed if `zero_skipped`) and `state`.
 
     One `lax.cond`, so the inner step runs only where it is chosen and writes its state in
     place. `state` is split where `updates` lack paths (both branches return the layout a
     partial update gives the step counts), and a skipped step's updates take the dtypes the
-    inner step's would have (its state may widen them). The inner step is traced once
-    (`trace_once`); a caller that has traced it already passes its output shapes and
-    replay (on the split state) as `traced`.
+    inner step's would have (its state may widen them). The inner step is traced once; a
+    caller that has traced it already (on the split state) passes what `trace_once`
+    returned as `traced`.
     """
     state = split_where_absent(state, updates)
 
@@ -62,8 +62,8 @@ def run_or_skip(
         def run(inner_state: Any) -> tuple[Any, Any]:
             return inner.update(updates, inner_state, params, **extra)
 
-        traced = trace_once(run, state)[1:]
-    shapes, replayed = traced
+        traced = trace_once(run, state)
+    _, shapes, replayed = traced
     ran = shapes[0]
 
     def skip(inner_state: Any) -> tuple[Any, Any]:

@@ -145,8 +145,9 @@ class ApplyIfFinite(Transformation):
 
         # Traced once and replayed wherever it runs: traced four times, the inner step took
         # most of the time spent building the wrapper's step on many leaves.
-        traced, shapes, replayed = trace_once(run, old_inner)
-        if not self.check_updates or is_elementwise(traced):
+        traced = trace_once(run, old_inner)
+        jaxpr, _, replayed = traced
+        if not self.check_updates or is_elementwise(jaxpr):
             # The verdict comes before the inner step, which a `cond` runs or skips: its new
             # state is written in place, as without the wrapper, and nothing is kept aside.
             # To check its updates too, an elementwise step is computed once more, for the
@@ -166,7 +167,7 @@ class ApplyIfFinite(Transformation):
                 params,
                 extra,
                 zero_skipped=True,
-                traced=(shapes, replayed),
+                traced=traced,
             )
             if self.check_updates:
                 new_updates = jax.tree.map(
