@@ -16,6 +16,14 @@ figure is its fastest block: the slower ones are the machine's noise. The two co
 library measure the harness's spread. Where gradtx's state keeps statistics (the clipped
 chain's norm and whether it clipped, a schedule's last value), a third variant times
 `gradtx.without_statistics` of the same transformation ("lean"), the state optax keeps.
+
+The floor of those extra arrays is measured beside them: two bare jitted steps over the
+same buffer, which write scalars into their donated state, one returning as many arrays as
+optax's step, one as many as gradtx's. Their difference is what the arrays cost this
+machine's JAX on their own ("arrays floor"), and optax's time plus it is the time a step
+that keeps those statistics cannot beat ("floor ratio": gradtx's time over it). An array's
+cost is not the same at every count (a bare step's first few scalars cost more each than
+later ones), so the floor is measured at the counts of the two steps.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from benchmarks import configs as C
 from benchmarks import workloads as W
@@ -46,20 +55,38 @@ def _variants(config: C.Config, workload: W.Workload) -> dict[str, Any]:
 
 
 class Copy:
-    """One variant's donated step, with its own compiled program and buffers."""
+    """One donated step `(params, state, grads) -> (params, state)`, compiled with its own
+    buffers, and its timed blocks."""
 
-    def __init__(self, lib: str, tx: Any, workload: W.Workload) -> None:
+    def __init__(self, step: Any, params: Any, state: Any, grads: Any) -> None:
+        self.grads = grads
+        self.step = jax.jit(step, donate_argnums=(0, 1))
+        self.carry = jax.block_until_ready(self.step(params, state, grads))
+        self.arrays = len(jax.tree.leaves(self.carry))
+        self.blocks: list[float] = []
+
+    @classmethod
+    def of(cls, lib: str, tx: Any, workload: W.Workload) -> Copy:
+        """A variant's step: `tx`'s update, applied by its library's `apply_updates`."""
         import optax
 
         import gradtx
 
         apply = optax.apply_updates if lib == "optax" else gradtx.apply_updates
         params = workload.params(0)
-        self.grads = workload.params(1)
-        self.step = jax.jit(step_fn(tx, apply), donate_argnums=(0, 1))
-        self.carry = jax.block_until_ready(self.step(_copy(params), tx.init(params), self.grads))
-        self.arrays = len(jax.tree.leaves(self.carry))
-        self.blocks: list[float] = []
+        return cls(step_fn(tx, apply), _copy(params), tx.init(params), workload.params(1))
+
+    @classmethod
+    def bare(cls, scalars: int, size: int = 4096) -> Copy:
+        """A step of one addition over `size` floats, writing `scalars` more scalars (a
+        statistic's share: a reduction of the gradient, in its own buffer of the state)."""
+
+        def step(x: jax.Array, state: dict, g: jax.Array) -> tuple:
+            total = g.sum()
+            return x + g, {name: total + i for i, name in enumerate(state)}
+
+        state = {f"s{i}": jnp.zeros((), jnp.float32) for i in range(scalars)}
+        return cls(step, jnp.zeros(size, jnp.float32), state, jnp.ones(size, jnp.float32))
 
     def time(self, calls: int) -> None:
         """One block: `calls` steps back to back, then one wait; the time per step."""
@@ -74,7 +101,13 @@ class Copy:
 def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> dict:
     """Microseconds per step of each copy, the ratios to optax and each variant's spread."""
     variants = _variants(config, workload)
-    copies = [Copy(lib, tx, workload) for lib, tx in variants.items() for _ in "ab"]
+    copies = [Copy.of(lib, tx, workload) for lib, tx in variants.items() for _ in "ab"]
+    # The floor of gradtx's arrays beyond optax's, timed in the same rounds: bare steps
+    # returning as many arrays as optax's step and as gradtx's (the buffer and scalars).
+    counts = (copies[-1].arrays - 1, copies[0].arrays - 1)
+    extra = counts[1] - counts[0]
+    if extra > 0:
+        copies += [Copy.bare(n) for n in counts for _ in "ab"]
     for copy in copies:  # warm-up blocks, not kept
         copy.time(calls)
         copy.blocks.clear()
@@ -91,14 +124,23 @@ def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> 
     row["ratio"] = row["gradtx_us"] / row["optax_us"]
     if "lean" in variants:
         row["lean_ratio"] = row["lean_us"] / row["optax_us"]
+    if extra > 0:
+        bare = us[2 * len(variants) :]
+        row["arrays_floor_us"] = max(min(bare[2:]) - min(bare[:2]), 0.0)
+        row["floor_ratio"] = row["gradtx_us"] / (row["optax_us"] + row["arrays_floor_us"])
     return row
 
 
 def format_row(row: dict) -> str:
     lean = f"{row['lean_us']:>9.1f}{row['lean_ratio']:>7.2f}" if "lean_us" in row else f"{'-':>16}"
+    floor = (
+        f"{row['arrays_floor_us']:>8.1f}{row['floor_ratio']:>7.2f}"
+        if "arrays_floor_us" in row
+        else f"{'-':>15}"
+    )
     return (
         f"{row['config']:<28}{row['gradtx_us']:>9.1f}{row['optax_us']:>9.1f}{row['ratio']:>7.2f}"
-        f"{lean}{row['gradtx_spread']:>8.2f}{row['optax_spread']:>8.2f}"
+        f"{lean}{floor}{row['gradtx_spread']:>8.2f}{row['optax_spread']:>8.2f}"
         f"{row['gradtx_arrays_out']:>6}{row['optax_arrays_out']:>6}"
     )
 
@@ -119,10 +161,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"jax {jax.__version__} on {jax.default_backend()}: {workload.name}, microseconds per")
     print("step of back-to-back donated steps (fastest of each copy's blocks); spread: one")
     print("library's two copies apart; lean: gradtx without statistics, where it differs;")
+    print("floor: what gradtx's extra arrays cost a bare step, and gradtx over optax plus it;")
     print("out: arrays each step returns")
     print(
         f"{'config':<28}{'gradtx':>9}{'optax':>9}{'ratio':>7}{'lean':>9}{'ratio':>7}"
-        f"{'gtx sp':>8}{'opx sp':>8}{'gtx':>6}{'opx':>6}"
+        f"{'floor':>8}{'ratio':>7}{'gtx sp':>8}{'opx sp':>8}{'gtx':>6}{'opx':>6}"
     )
     rows = []
     for config in chosen:

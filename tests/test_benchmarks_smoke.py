@@ -138,7 +138,21 @@ def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
     # params, count, mu, nu, schedule count; gradtx adds global_norm, clipped, learning_rate
     assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
     assert row["lean_arrays_out"] == 5 and row["lean_ratio"] == row["lean_us"] / row["optax_us"]
+    # the floor of those three arrays: bare steps returning 5 and 8 arrays, timed alongside
+    floor = row["optax_us"] + row["arrays_floor_us"]
+    assert row["arrays_floor_us"] >= 0 and row["floor_ratio"] == row["gradtx_us"] / floor
     print(host_overhead.format_row(row))
+
+
+def test_the_bare_step_of_the_arrays_floor_returns_the_arrays_it_is_asked_for(monkeypatch):
+    """A bare step writes its scalars into the state it was given, each from the gradient."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import host_overhead
+
+    copy = host_overhead.Copy.bare(3, size=8)
+    assert copy.arrays == 4
+    params, state = copy.carry
+    assert params.tolist() == [1.0] * 8 and [float(v) for v in state.values()] == [8, 9, 10]
 
 
 def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
