@@ -59,7 +59,9 @@ cat "$OUT/device.txt"
 part run_packed 150 60 $PY -m benchmarks.run --only packed --no-training $S --out "$OUT/run_packed.json"
 part spread_packed_clip 90 40 $PY -m benchmarks.spread --only packed \
   --config "clip+adamw(cosine, mask)" ${SMOKE:+--reps 1 --rounds 2}
-part host_overhead 60 30 $PY -m benchmarks.host_overhead $S --out "$OUT/host_overhead.json"
+# (the clipped chain, its lean form and the floor of its statistics, beside Adam's step)
+part host_overhead 90 40 $PY -m benchmarks.host_overhead $S --config "clip+adamw(cosine, mask)" \
+  --config adam --out "$OUT/host_overhead.json"
 part spread_big_leaf 90 40 $PY -m benchmarks.spread --only big --config adam ${SMOKE:+--reps 1 --rounds 2}
 # The NaN-payload promise on this device.
 part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
