@@ -102,12 +102,12 @@ def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> 
     """Microseconds per step of each copy, the ratios to optax and each variant's spread."""
     variants = _variants(config, workload)
     copies = [Copy.of(lib, tx, workload) for lib, tx in variants.items() for _ in "ab"]
+    arrays = {lib: copies[2 * i].arrays for i, lib in enumerate(variants)}
     # The floor of gradtx's arrays beyond optax's, timed in the same rounds: bare steps
     # returning as many arrays as optax's step and as gradtx's (the buffer and scalars).
-    counts = (copies[-1].arrays - 1, copies[0].arrays - 1)
-    extra = counts[1] - counts[0]
-    if extra > 0:
-        copies += [Copy.bare(n) for n in counts for _ in "ab"]
+    floor_at = (arrays["optax"], arrays["gradtx"])
+    if floor_at[1] > floor_at[0]:
+        copies += [Copy.bare(n - 1) for n in floor_at for _ in "ab"]
     for copy in copies:  # warm-up blocks, not kept
         copy.time(calls)
         copy.blocks.clear()
@@ -120,12 +120,14 @@ def measure(config: C.Config, workload: W.Workload, calls: int, rounds: int) -> 
         first, second = us[2 * i], us[2 * i + 1]
         row[f"{lib}_us"] = min(first, second)
         row[f"{lib}_spread"] = max(first, second) / min(first, second)
-        row[f"{lib}_arrays_out"] = copies[2 * i].arrays
+        row[f"{lib}_arrays_out"] = arrays[lib]
     row["ratio"] = row["gradtx_us"] / row["optax_us"]
     if "lean" in variants:
         row["lean_ratio"] = row["lean_us"] / row["optax_us"]
-    if extra > 0:
+    if floor_at[1] > floor_at[0]:
         bare = us[2 * len(variants) :]
+        row["floor_arrays_out"] = [copy.arrays for copy in copies[2 * len(variants) :: 2]]
+        # Noise can put the larger bare step first; a floor is never below zero.
         row["arrays_floor_us"] = max(min(bare[2:]) - min(bare[:2]), 0.0)
         row["floor_ratio"] = row["gradtx_us"] / (row["optax_us"] + row["arrays_floor_us"])
     return row

@@ -139,6 +139,7 @@ def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
     assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
     assert row["lean_arrays_out"] == 5 and row["lean_ratio"] == row["lean_us"] / row["optax_us"]
     # the floor of those three arrays: bare steps returning 5 and 8 arrays, timed alongside
+    assert row["floor_arrays_out"] == [5, 8]
     floor = row["optax_us"] + row["arrays_floor_us"]
     assert row["arrays_floor_us"] >= 0 and row["floor_ratio"] == row["gradtx_us"] / floor
     print(host_overhead.format_row(row))
