@@ -1,12 +1,15 @@
 """Selectors: every form of `gradtx.paths.select` and `resolve_labels`, and their errors."""
 
 import dataclasses
+import fnmatch
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gradtx import paths as gpaths
 from gradtx.paths import LabelError, SelectorError, resolve_labels, select
@@ -85,6 +88,42 @@ def test_glob_matches_whole_segments_only():
     params = {"head": {"w": 1.0, "wide": 2.0}, "layers": [float(i) for i in range(12)]}
     assert select(params, "head/w") == ["head/w"]
     assert select(params, "layers/1") == ["layers/1"]
+
+
+def _reference_match(glob: str, path: str) -> bool:
+    # Written from the rule, not from the library: some leading run of the path's segments
+    # matches the glob whole, `**` standing for any number of segments (none included).
+    def whole(pattern: list[str], segments: list[str]) -> bool:
+        if not pattern:
+            return not segments
+        if pattern[0] == "**":
+            return any(whole(pattern[1:], segments[k:]) for k in range(len(segments) + 1))
+        return (
+            bool(segments)
+            and fnmatch.fnmatchcase(segments[0], pattern[0])
+            and whole(pattern[1:], segments[1:])
+        )
+
+    segments = path.split("/")
+    return any(whole(glob.split("/"), segments[:k]) for k in range(1, len(segments) + 1))
+
+
+_SEGMENT_GLOBS = st.sampled_from(["a", "b", "ab", "*", "?", "a*", "*b", "[ab]", "**"])
+_SEGMENTS = st.sampled_from(["a", "b", "ab", "ba", "bb"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_SEGMENT_GLOBS, min_size=1, max_size=5),
+    st.lists(st.lists(_SEGMENTS, min_size=1, max_size=6), min_size=1, max_size=6),
+)
+def test_glob_matching_follows_the_rule_on_random_globs_and_paths(pattern, paths_):
+    glob = "/".join(pattern)
+    tree = {"/".join(p): 0.0 for p in paths_}  # one flat dict: each key is one path
+    tree_paths = gpaths.paths(tree)
+    assert sorted(tree_paths) == sorted(tree)
+    expected = [p for p in tree_paths if _reference_match(glob, p)]
+    assert select(tree, glob, strict=False) == expected
 
 
 def test_results_are_in_tree_order_not_string_order():
