@@ -39,6 +39,7 @@ import jax
 
 from benchmarks import gpu_target, models
 from benchmarks.compile_time import lower_and_compile_s
+from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
 from benchmarks.whole_model import variants
 
@@ -86,6 +87,7 @@ def probe(w: models.Workload, only: list[str] | None = None, device: Any = None)
     for name, build in builders(w).items():
         if only and name not in only:
             continue
+        clear_caches()
         step, args = build()
         args, platforms = gpu_target.for_device(device, jax.block_until_ready(args))
         lower_s, compile_s = lower_and_compile_s(step, *args, platforms=platforms)

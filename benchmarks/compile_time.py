@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
 
 LEAF_SIZE = 2048
@@ -40,12 +41,12 @@ def _optimizers() -> dict[str, tuple[Callable[[], Any], Callable]]:
 def lower_and_compile_s(
     jitted: Any, *args: Any, platforms: tuple[str, ...] | None = None
 ) -> tuple[float, float]:
-    """Seconds to trace and lower `jitted` on `args`, then to compile it, caches cleared.
+    """Seconds to trace and lower `jitted` on `args`, then to compile it.
 
+    Call `benchmarks.fresh.clear_caches()` before building `args` (the state included).
     `platforms` names the platform to lower for where it is not the default backend's
     (as `benchmarks.gpu_target.for_device` gives them with its abstract args).
     """
-    jax.clear_caches()
     t0 = time.perf_counter()
     lowered = jitted.trace(*args).lower(lowering_platforms=platforms)
     t1 = time.perf_counter()
@@ -56,6 +57,7 @@ def lower_and_compile_s(
 def measure(lib: str, leaves: int) -> dict:
     """Trace+lower and compile seconds of `lib`'s donated Adam step on `leaves` leaves."""
     make, apply = _optimizers()[lib]
+    clear_caches()
     tx = make()
     params = {f"l/{i}": jax.ShapeDtypeStruct((LEAF_SIZE,), jnp.float32) for i in range(leaves)}
     state = jax.eval_shape(tx.init, params)

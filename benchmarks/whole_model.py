@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import models
+from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
 from benchmarks.training import _compile, _time_rounds
 
@@ -137,8 +138,8 @@ def run_workload(
     jax.jit(w.loss).lower(w.params, w.batch).compile()
     built = []
     for name, build in builders.items():
-        if fresh:  # each variant traces and compiles from scratch, as in a fresh process
-            jax.clear_caches()
+        if fresh:  # each variant builds its state, traces and compiles as in a fresh process
+            clear_caches()
         built.append(_compile(*build()))
         print(f"  compiled {name} in {built[-1][1]:.1f} s", flush=True)  # long on many leaves
     compiled = [c for c, _, _ in built]

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.update_layout import like
+from gradtx._paths.cache import bounded_lru_cache
 
 __all__ = [
     "Widening",
@@ -59,7 +60,7 @@ def narrow_source(x: Any) -> Any:
     return entry[1] if entry is not None and entry[0] is x else x
 
 
-@functools.lru_cache(maxsize=1024)
+@bounded_lru_cache(1024)
 def promoted(*dtypes: Any) -> Any:
     """The dtype that standard promotion gives `dtypes`, even under strict promotion.
 

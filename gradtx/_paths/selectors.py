@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import functools
 import inspect
 import re
 from collections.abc import Callable, Hashable, Mapping
@@ -28,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gradtx._paths.cache import BoundedCache
+from gradtx._paths.cache import BoundedCache, bounded_lru_cache
 from gradtx._paths.paths import flatten, is_unit, virtual
 
 __all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
@@ -140,18 +139,18 @@ def as_selector(selector: Any, argument: str = "selector") -> Selector:
     )
 
 
-@functools.lru_cache(maxsize=65536)
+@bounded_lru_cache(65536)
 def _glob_regex(segment: str) -> re.Pattern:
     return re.compile(fnmatch.translate(segment))
 
 
-@functools.lru_cache(maxsize=4096)
+@bounded_lru_cache(4096)
 def _glob_pattern(glob: str) -> tuple[re.Pattern | None, ...]:
     """Each segment of `glob` as a compiled pattern, `None` for `**`."""
     return tuple(None if seg == "**" else _glob_regex(seg) for seg in glob.split("/"))
 
 
-@functools.lru_cache(maxsize=65536)
+@bounded_lru_cache(65536)
 def _glob_matches(glob: str, path: str) -> bool:
     """True if `glob` matches `path` or one of its ancestors (whole segments)."""
     segments = path.split("/")

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import gradtx
 from gradtx._core import dispatch
+from gradtx._paths import cache
 from gradtx._paths import paths as paths_module
 from gradtx._paths.cache import BoundedCache
 
@@ -88,3 +90,34 @@ def test_eager_steps_reuse_one_compiled_program_whatever_the_hyperparameters():
         tx = gradtx.adam(1e-3 * (step + 1))
         _, state = tx.update(grads, state, params)
     assert dispatch._run._cache_size() == before
+
+
+def _cached_entries() -> dict[str, int]:
+    sizes = {}
+    for module in _modules():
+        for name, value in vars(module).items():
+            if isinstance(value, BoundedCache):
+                sizes[f"{module.__name__}.{name}"] = len(value)
+            elif isinstance(value, functools._lru_cache_wrapper):
+                sizes[f"{module.__name__}.{name}"] = value.cache_info().currsize
+    return sizes
+
+
+def test_clear_all_empties_every_cache_and_the_next_trace_fills_them_again():
+    # The benchmarks time compiles from here, as a fresh process makes them.
+    params = gradtx.pack({"w": jnp.ones((2, 3)), "bias": jnp.ones(3)})
+    tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3, mask="!**/bias"))
+    step = lambda p, s: tx.update(p, s, p)  # noqa: E731
+    state = tx.init(params)
+    before = jax.jit(step)(params, state)
+    layout = jax.tree.leaves(params, is_leaf=lambda x: hasattr(x, "layout"))[0].layout
+    filled = _cached_entries()
+    assert sum(filled.values()) > 0 and len(layout._masks) > 0
+
+    cache.clear_all()
+    assert set(_cached_entries().values()) == {0} and len(layout._masks) == 0
+
+    jax.clear_caches()
+    after = jax.jit(step)(params, state)
+    assert sum(_cached_entries().values()) > 0 and len(layout._masks) > 0
+    jax.tree.map(np.testing.assert_array_equal, after, before)
