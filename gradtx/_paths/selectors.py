@@ -139,15 +139,12 @@ def as_selector(selector: Any, argument: str = "selector") -> Selector:
     )
 
 
-@bounded_lru_cache(65536)
-def _glob_regex(segment: str) -> re.Pattern:
-    return re.compile(fnmatch.translate(segment))
-
-
 @bounded_lru_cache(4096)
 def _glob_pattern(glob: str) -> tuple[re.Pattern | None, ...]:
     """Each segment of `glob` as a compiled pattern, `None` for `**`."""
-    return tuple(None if seg == "**" else _glob_regex(seg) for seg in glob.split("/"))
+    return tuple(
+        None if seg == "**" else re.compile(fnmatch.translate(seg)) for seg in glob.split("/")
+    )
 
 
 @bounded_lru_cache(65536)

@@ -56,15 +56,22 @@ def test_every_module_level_container_filled_at_run_time_is_a_bounded_cache():
     assert unbounded == NOT_CACHES, "use BoundedCache for a cache filled while tracing"
 
 
-def test_every_bounded_cache_and_lru_cache_has_a_limit():
-    caches = 0
+def _module_caches():
+    """(qualified name, cache) for every BoundedCache and lru_cache at a module's top level."""
     for module in _modules():
         for name, value in vars(module).items():
-            if isinstance(value, BoundedCache):
-                caches += 1
-                assert 0 < value.limit <= 65536, f"{module.__name__}.{name}"
-            if isinstance(value, functools._lru_cache_wrapper):
-                assert value.cache_info().maxsize is not None, f"{module.__name__}.{name}"
+            if isinstance(value, (BoundedCache, functools._lru_cache_wrapper)):
+                yield f"{module.__name__}.{name}", value
+
+
+def test_every_bounded_cache_and_lru_cache_has_a_limit():
+    caches = 0
+    for name, value in _module_caches():
+        if isinstance(value, BoundedCache):
+            caches += 1
+            assert 0 < value.limit <= 65536, name
+        else:
+            assert value.cache_info().maxsize is not None, name
     assert caches >= 7  # paths, unit types, selections, offsets, count layouts, masks, calls
 
 
@@ -93,14 +100,10 @@ def test_eager_steps_reuse_one_compiled_program_whatever_the_hyperparameters():
 
 
 def _cached_entries() -> dict[str, int]:
-    sizes = {}
-    for module in _modules():
-        for name, value in vars(module).items():
-            if isinstance(value, BoundedCache):
-                sizes[f"{module.__name__}.{name}"] = len(value)
-            elif isinstance(value, functools._lru_cache_wrapper):
-                sizes[f"{module.__name__}.{name}"] = value.cache_info().currsize
-    return sizes
+    return {
+        name: len(value) if isinstance(value, BoundedCache) else value.cache_info().currsize
+        for name, value in _module_caches()
+    }
 
 
 def test_clear_all_empties_every_cache_and_the_next_trace_fills_them_again():
