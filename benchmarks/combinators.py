@@ -115,7 +115,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="tiny leaves, one compile each")
     parser.add_argument("--out", default="benchmarks/results/combinators.json")
     parser.add_argument(
-        "--config", action="append", default=None, help="run only this configuration (repeatable)"
+        "--config",
+        action="append",
+        choices=sorted({c.name for c in combinator_configs()}),
+        default=None,
+        metavar="NAME",
+        help="run only this configuration (repeatable)",
     )
     args = parser.parse_args(argv)
     if args.smoke:

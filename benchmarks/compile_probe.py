@@ -82,9 +82,14 @@ def probe(w: models.Workload, only: list[str] | None = None, device: Any = None)
 
     With `device` (from `gpu_target.compile_only_device`), each compiles for that device.
     """
+    known = builders(w)
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:  # a misspelt variant would otherwise be skipped without a word
+        listed = ", ".join(repr(name) for name in known)
+        raise ValueError(f"compile_probe: no variant named {unknown[0]!r}; the variants: {listed}")
     rows = []
     jax.jit(w.loss).lower(w.params, w.batch).compile()  # one-time costs, untimed
-    for name, build in builders(w).items():
+    for name, build in known.items():
         if only and name not in only:
             continue
         clear_caches()

@@ -151,7 +151,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few calls, one round")
     parser.add_argument(
-        "--config", action="append", default=None, help="run only this configuration (repeatable)"
+        "--config",
+        action="append",
+        choices=sorted({c.name for c in C.configs()}),
+        default=None,
+        metavar="NAME",
+        help="run only this configuration (repeatable)",
     )
     parser.add_argument("--out", default=None, help="write the rows here as JSON")
     args = parser.parse_args(argv)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import workloads as W
+from benchmarks.cli import check_selected
 from benchmarks.combinators import large_leaves, small_leaves
 from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
@@ -153,7 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
         workloads = [W.Workload("two small leaves", {"enc/kernel": (8, 8), "enc/bias": (8,)})]
         rounds, compiles = 2, 1
     else:
-        workloads = [w for w in (large_leaves(), small_leaves()) if args.only in w.name]
+        every = (large_leaves(), small_leaves())
+        workloads = [w for w in every if args.only in w.name]
+        check_selected(parser, workloads, "--only", args.only, [w.name for w in every])
         rounds, compiles = 8, 3
     print(f"jax {jax.__version__} on {jax.default_backend()}: L-BFGS (zoom line search),")
     print(f"{args.steps} donated steps per block from the same start; medians")

@@ -83,7 +83,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny workloads")
     parser.add_argument(
-        "--config", action="append", default=None, help="only this configuration (repeatable)"
+        "--config",
+        action="append",
+        choices=sorted({c.name for c in C.configs()}),
+        default=None,
+        metavar="NAME",
+        help="only this configuration (repeatable)",
     )
     parser.add_argument(
         "--gpu-target", help="compile for this GPU target config, here (see gpu_target.py)"

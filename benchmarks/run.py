@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import workloads as W
+from benchmarks.cli import check_selected
 from benchmarks.configs import configs
 from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
@@ -292,7 +293,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip", default=None, help="skip workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/latest.json")
     parser.add_argument(
-        "--config", action="append", default=None, help="run only this configuration (repeatable)"
+        "--config",
+        action="append",
+        choices=sorted({c.name for c in configs()}),
+        default=None,
+        metavar="NAME",
+        help="run only this configuration (repeatable)",
     )
     parser.add_argument("--no-training", action="store_true", help="skip the training steps")
     args = parser.parse_args(argv)
@@ -302,6 +308,8 @@ def main(argv: list[str] | None = None) -> dict:
             W.many_leaves_packed(8),
             W.Workload("bf16 params, f32 state", {"w": (64,), "bias": (8,)}, "bfloat16", "float32"),
         ]
+        if args.only:  # tiny forms of the rest, so that a script's `--only` parts smoke-run
+            workloads += [W.transformer_like(layers=1, width=8, vocab=32), W.one_big_leaf(1024)]
         # One compile each, caches kept: the smoke run checks that the suite runs, not its
         # figures, and after a cache clear every eager operation compiles again (2.5x longer).
         reps, eager_reps, rounds, compile_samples, fresh = 2, 1, 2, 1, False
@@ -315,9 +323,12 @@ def main(argv: list[str] | None = None) -> dict:
             *W.leaf_sweep(),
         ]
         reps, eager_reps, rounds, compile_samples, fresh = 5, 1, 6, _COMPILE_SAMPLES, True
+    names = [w.name for w in workloads]
     workloads = [w for w in workloads if args.only in w.name]
+    check_selected(parser, workloads, "--only", args.only, names)
     if args.skip:
         workloads = [w for w in workloads if args.skip not in w.name]
+        check_selected(parser, workloads, "--skip", args.skip, names)
     print(
         f"jax {jax.__version__} on {jax.default_backend()}; times are medians in ms; "
         "'don' = donated jitted step, 'xB' = x the bandwidth bound, 'cmp' = compile s, "

@@ -29,9 +29,14 @@ _WORKLOADS = {
 }
 
 
+def _configs() -> list:
+    """The optimizer configurations of `benchmarks.run` and those of the combinators."""
+    return configs() + combinator_configs()
+
+
 def measure(workload: W.Workload, config_name: str, lib: str, reps: int, rounds: int) -> dict:
     """Medians of the donated step of two copies of `lib`'s step, and their ratio."""
-    (config,) = [c for c in configs() + combinator_configs() if c.name == config_name]
+    (config,) = [c for c in _configs() if c.name == config_name]
     # Compile times are not compared here: the caches are kept (`fresh=False`).
     pair = [
         Contender(lib, getattr(config, lib)(workload), workload, eager=False, fresh=False)
@@ -49,7 +54,8 @@ def measure(workload: W.Workload, config_name: str, lib: str, reps: int, rounds:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(_WORKLOADS), default="packed")
-    parser.add_argument("--config", default="sgd momentum")
+    names = sorted({c.name for c in _configs()})
+    parser.add_argument("--config", choices=names, default="sgd momentum", metavar="CONFIG")
     parser.add_argument("--lib", choices=("gradtx", "optax"), action="append", default=None)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=6)

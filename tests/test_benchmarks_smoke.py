@@ -1,6 +1,7 @@
 """The benchmark suite's smoke run: it must keep running, and its figures must be sane."""
 
 import html
+import importlib
 import json
 import os
 import re
@@ -122,6 +123,60 @@ def test_spread_times_one_library_against_itself(monkeypatch):
     got = spread.measure(workloads.many_leaves_packed(8), "sgd momentum", "gradtx", 1, 2)
     assert got["first_ms"] > 0 and got["second_ms"] > 0
     assert got["ratio"] == got["second_ms"] / got["first_ms"]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "said"),
+    [
+        ("run", ["--smoke", "--only", "nosuch"], "--only 'nosuch' selects nothing"),
+        ("run", ["--smoke", "--only", "leaves", "--skip", "leaves"], "--skip 'leaves' selects"),
+        ("run", ["--config", "adm"], "invalid choice: 'adm'"),
+        ("combinators", ["--config", "accumulate(sdg)"], "invalid choice: 'accumulate(sdg)'"),
+        ("host_overhead", ["--config", "lion "], "invalid choice: 'lion '"),
+        ("program_size", ["--smoke", "--config", "Adam"], "invalid choice: 'Adam'"),
+        ("lbfgs", ["--only", "huge"], "--only 'huge' selects nothing"),
+    ],
+)
+def test_a_filter_that_selects_nothing_stops_and_names_what_it_was_given(
+    module, args, said, tmp_path, monkeypatch, capsys
+):
+    """A misspelt name is a usage error (status 2), not a run of nothing over the last report."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    main = importlib.import_module(f"benchmarks.{module}").main
+    out = tmp_path / "report.json"
+    with pytest.raises(SystemExit) as stopped:
+        main([*args, "--out", str(out)])
+    assert stopped.value.code == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_spread_and_compile_probe_name_a_configuration_or_variant_they_do_not_know(
+    monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import compile_probe, models, spread
+
+    with pytest.raises(SystemExit):
+        spread.main(["--config", "schedule-free AdamW"])  # the name is lower case
+    assert "invalid choice: 'schedule-free AdamW'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no variant named 'optax adam'.*'optax adam, tree'"):
+        compile_probe.probe(models.mlp(True), ["optax adam"])
+
+
+def test_a_smoke_run_of_one_workload_runs_the_tiny_form_of_that_workload(monkeypatch, tmp_path):
+    """`--smoke --only` picks among tiny forms of every workload of the full run, so that the
+    accelerator script's parts can be smoke-run as they are written."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import run
+
+    out = tmp_path / "report.json"
+    args = ["--smoke", "--only", "one big leaf", "--config", "sgd momentum", "--no-training"]
+    report = run.main([*args, "--out", str(out)])
+    assert [(r["workload"], r["config"]) for r in report["results"]] == [
+        ("one big leaf", "sgd momentum")
+    ]
+    assert json.loads(out.read_text())["results"] == report["results"]
 
 
 def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
