@@ -29,3 +29,25 @@ def check_selected(
     if not chosen:
         listed = ", ".join(repr(name) for name in names)
         parser.error(f"{option} {value!r} selects nothing; the names are: {listed}")
+
+
+def add_config_option(parser: argparse.ArgumentParser, configs: Iterable) -> None:
+    """Add `--config NAME` (repeatable), whose names are those of `configs`.
+
+    A name that is not one of them is a usage error that lists them (argparse's `choices`).
+
+    Example:
+        >>> from benchmarks.configs import configs
+        >>> parser = argparse.ArgumentParser(prog="bench")
+        >>> add_config_option(parser, configs())
+        >>> parser.parse_args(["--config", "adam"]).config
+        ['adam']
+    """
+    parser.add_argument(
+        "--config",
+        action="append",
+        choices=sorted({config.name for config in configs}),
+        default=None,
+        metavar="NAME",
+        help="run only this configuration (repeatable)",
+    )

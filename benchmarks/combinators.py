@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from benchmarks import workloads as W
+from benchmarks.cli import add_config_option
 from benchmarks.configs import Config, _adam_bytes
 from benchmarks.results import write_json
 from benchmarks.run import HEADER, run
@@ -114,14 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny leaves, one compile each")
     parser.add_argument("--out", default="benchmarks/results/combinators.json")
-    parser.add_argument(
-        "--config",
-        action="append",
-        choices=sorted({c.name for c in combinator_configs()}),
-        default=None,
-        metavar="NAME",
-        help="run only this configuration (repeatable)",
-    )
+    add_config_option(parser, combinator_configs())
     args = parser.parse_args(argv)
     if args.smoke:
         workloads = [W.Workload("two small leaves", {"enc/kernel": (8, 8), "enc/bias": (8,)})]

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from benchmarks import configs as C
 from benchmarks import workloads as W
+from benchmarks.cli import add_config_option
 from benchmarks.results import write_json
 from benchmarks.run import _copy, step_fn
 
@@ -150,14 +151,7 @@ def format_row(row: dict) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few calls, one round")
-    parser.add_argument(
-        "--config",
-        action="append",
-        choices=sorted({c.name for c in C.configs()}),
-        default=None,
-        metavar="NAME",
-        help="run only this configuration (repeatable)",
-    )
+    add_config_option(parser, C.configs())
     parser.add_argument("--out", default=None, help="write the rows here as JSON")
     args = parser.parse_args(argv)
     calls, rounds = (5, 2) if args.smoke else (1000, 10)

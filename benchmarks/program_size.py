@@ -30,6 +30,7 @@ import jax
 from benchmarks import configs as C
 from benchmarks import gpu_target
 from benchmarks import workloads as W
+from benchmarks.cli import add_config_option
 from benchmarks.kernels import entry_kernels
 from benchmarks.results import write_json
 from benchmarks.run import step_fn
@@ -82,14 +83,7 @@ def run(workloads: list[W.Workload], only: list[str] | None, device: Any = None)
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny workloads")
-    parser.add_argument(
-        "--config",
-        action="append",
-        choices=sorted({c.name for c in C.configs()}),
-        default=None,
-        metavar="NAME",
-        help="only this configuration (repeatable)",
-    )
+    add_config_option(parser, C.configs())
     parser.add_argument(
         "--gpu-target", help="compile for this GPU target config, here (see gpu_target.py)"
     )

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import workloads as W
-from benchmarks.cli import check_selected
+from benchmarks.cli import add_config_option, check_selected
 from benchmarks.configs import configs
 from benchmarks.fresh import clear_caches
 from benchmarks.results import write_json
@@ -292,14 +292,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--only", default="", help="run workloads whose name contains this")
     parser.add_argument("--skip", default=None, help="skip workloads whose name contains this")
     parser.add_argument("--out", default="benchmarks/results/latest.json")
-    parser.add_argument(
-        "--config",
-        action="append",
-        choices=sorted({c.name for c in configs()}),
-        default=None,
-        metavar="NAME",
-        help="run only this configuration (repeatable)",
-    )
+    add_config_option(parser, configs())
     parser.add_argument("--no-training", action="store_true", help="skip the training steps")
     args = parser.parse_args(argv)
     if args.smoke:
