@@ -24,7 +24,9 @@ def check_selected(
 
     Example:
         >>> parser = argparse.ArgumentParser(prog="bench")
-        >>> check_selected(parser, ["adam"], "--config", ["adam"], ["adam", "lion"])  # fine
+        >>> names = ["one big leaf", "2000 small leaves"]
+        >>> chosen = [name for name in names if "leaves" in name]
+        >>> check_selected(parser, chosen, "--only", "leaves", names)  # one left: no error
     """
     if not chosen:
         listed = ", ".join(repr(name) for name in names)

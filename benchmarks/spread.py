@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(_WORKLOADS), default="packed")
     names = sorted({c.name for c in _configs()})
-    parser.add_argument("--config", choices=names, default="sgd momentum", metavar="CONFIG")
+    parser.add_argument("--config", choices=names, default="sgd momentum", metavar="NAME")
     parser.add_argument("--lib", choices=("gradtx", "optax"), action="append", default=None)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=6)
