@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from gradtx._layouts.packed import Packed
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._state import safetensors_format
-from gradtx._state.fingerprint import fingerprint
+from gradtx._state.fingerprint import describe, diff, hash_description
 from gradtx._state.renaming import apply_rename, check_rename
 from gradtx._state.restore_report import RestoreReport
 from gradtx._state.shardings import is_placed, place_state
@@ -32,7 +33,10 @@ __all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
 SCHEMA = "1"
 _SCHEMA_KEY = "gradtx.schema"
 _FINGERPRINT_KEY = "gradtx.fingerprint"
+_DESCRIPTION_KEY = "gradtx.transformation"
+_CHECKSUMS_KEY = "gradtx.crc32"
 _METADATA_KEY = "gradtx.metadata"
+_VERSION = re.compile(r"0|[1-9][0-9]*")
 _PARAMS, _STATE = "params/", "state/"
 
 
@@ -50,10 +54,13 @@ def save(
     it is pickled). Its tensors are `params/<path>` for each parameter (`params/enc/w`) and
     `state/<key>` for each key of `gradtx.state_dict(state)` (`state/adam/mu/enc/w`), each
     with its exact dtype and shape (bfloat16 included). Packed params (`gradtx.pack`) are
-    saved per path, so packed and unpacked models share files. `None` leaves are not saved.
-    The header's `__metadata__` holds `gradtx.schema` (the layout's version),
-    `gradtx.metadata` (`metadata` as JSON) and, given `tx`, `gradtx.fingerprint`: a hash of
-    the transformation's structure and static settings (not of its numeric hyperparameters).
+    saved per path, so packed and unpacked models share files. `None` leaves are not saved;
+    every other params leaf must be an array (or a Python float): for an Equinox module,
+    save `eqx.filter(model, eqx.is_array)`. The header's `__metadata__` holds
+    `gradtx.schema` (the layout's version), `gradtx.metadata` (`metadata` as JSON),
+    `gradtx.crc32` (each tensor's CRC-32 as 8 hex digits, as JSON, which `restore` checks)
+    and, given `tx`, `gradtx.transformation` (the transformation's structure and static
+    settings as JSON, not its numeric hyperparameters) and `gradtx.fingerprint` (its hash).
     The file is written beside `path` under a temporary name and then renamed, so `path`
     always holds a whole checkpoint.
 
@@ -61,7 +68,8 @@ def save(
         path: the file to write (its directory must exist); an existing file is replaced.
         params: the params (any pytree of arrays; `gradtx.pack`ed ones too).
         state: the optimizer state, `tx.init(params)` or as updated since.
-        tx: the transformation, to store its fingerprint; `restore` then reports a change.
+        tx: the transformation, to store its fingerprint; `restore` then names what
+            changed. Without it, `restore` reports the file as not `verified`.
         metadata: a dict of `str` keys and JSON-serialisable values (a step, a config),
             returned by `restore` in `report.metadata`.
 
@@ -81,10 +89,46 @@ def save(
     """
     header = {_SCHEMA_KEY: SCHEMA, _METADATA_KEY: _encode_metadata(metadata)}
     if tx is not None:
-        header[_FINGERPRINT_KEY] = fingerprint(tx)
+        description = describe(tx)
+        header[_DESCRIPTION_KEY] = json.dumps(description, separators=(",", ":"))
+        header[_FINGERPRINT_KEY] = hash_description(description)
+    # Python floats are params as `init` takes them; ints and bools are a model's settings.
+    _check_arrays("save", "params", params, (float,), _SAVE_FIX)
+    _check_arrays("save", "state", state, (bool, int, float), "Pass `tx.init(params)`'s state.")
     flat = {_PARAMS + p: x for p, x in state_dict(params).items()}
     flat.update({_STATE + k: x for k, x in state_dict(state).items()})
-    safetensors_format.write(path, _to_host(flat), header)
+    tensors = _to_host(flat)
+    checksums = {name: safetensors_format.checksum(x) for name, x in tensors.items()}
+    header[_CHECKSUMS_KEY] = json.dumps(checksums, separators=(",", ":"))
+    safetensors_format.write(path, tensors, header)
+
+
+def _check_arrays(owner: str, what: str, tree: Any, allowed: tuple[type, ...], fix: str) -> None:
+    """Raise naming the first leaf of `tree` that is neither an array nor of an `allowed` type.
+
+    An Equinox model holds functions (activations), ints and strings beside its arrays:
+    they are its configuration, not values a file holds.
+    """
+    for path, leaf in zip(*flatten(tree)[:2]):
+        if leaf is None or is_unit(leaf) or isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            continue
+        if not isinstance(leaf, allowed):
+            kind = type(leaf).__name__
+            article = "an" if kind[:1].lower() in "aeiou" else "a"
+            raise TypeError(
+                f"{owner}: the {what} leaf at {path!r} is {article} {kind}, not an array: a "
+                f"checkpoint holds arrays only. {fix}"
+            )
+
+
+_SAVE_FIX = (
+    "For an Equinox module, save `eqx.filter(model, eqx.is_array)`, which keeps its arrays; "
+    "elsewhere put `None` there (or a jnp array, if it is a value to keep)."
+)
+_RESTORE_FIX = (
+    "For an Equinox module, restore into `eqx.filter(model, eqx.is_array)` and put the "
+    "restored arrays back with `eqx.combine(params, model)`."
+)
 
 
 def _encode_metadata(metadata: Mapping[str, Any] | None) -> str:
@@ -134,6 +178,15 @@ def restore(
     `tx.init(params)` filled from the file by `gradtx.load_state_dict`, key by key. Values
     come back bit for bit, in their saved dtype.
 
+    Every tensor's bytes are checked against the checksum `save` stored, and a damaged file
+    raises naming the tensors. The saved transformation's description is compared with
+    `tx`'s: the report's `fingerprint_changes` say what differs, by path in the chain
+    (`chain/adamw/add_decayed_weights: mask ...`). `bucketed`'s storage layout is no
+    difference, so a checkpoint of `bucketed(tx)` restores into `tx` and back when their
+    state keys agree (when `tx`'s state is a dict, as every optimizer's and `chain`'s is).
+    A file saved without `tx=` cannot be compared: it restores, and its report has
+    `verified=False` and is not `clean`.
+
     Args:
         path: a file written by `gradtx.save` (see there for its layout).
         tx: the transformation the state is for.
@@ -144,7 +197,8 @@ def restore(
             arrays, as from plain `jnp` ones, they come back uncommitted, so a step compiled
             before the restore runs on them without compiling again.
         strict: raise `StateMismatchError` unless every params path and state key matches
-            and the transformation's fingerprint is unchanged. With `strict=False`, new and
+            and the transformation's fingerprint is unchanged (`report.matched`; a file
+            without a fingerprint is not refused for that). With `strict=False`, new and
             changed params keep `params_like`'s values, new and changed state keys are
             initialised, dropped ones are left out, and the report says which.
         rename: `{"old/prefix": "new/prefix"}` for subtrees that moved since the save: a
@@ -157,6 +211,12 @@ def restore(
 
     Returns:
         `(params, state, report)`: the params, the state and a `RestoreReport`.
+
+    Raises:
+        StateMismatchError: with `strict=True`, what did not match (`.report` says).
+        ValueError: the file is damaged (a checksum differs), of another schema version
+            (older or newer) or not a gradtx checkpoint.
+        TypeError: a leaf of `params_like` is not an array (an Equinox module's function).
 
     Examples:
         >>> import os, tempfile
@@ -174,11 +234,15 @@ def restore(
     """
     shown = os.fspath(path)
     moves = check_rename(rename)
+    like_types = (float, jax.ShapeDtypeStruct)
+    _check_arrays("restore", "params_like", params_like, like_types, _RESTORE_FIX)
     try:
         tensors, header = safetensors_format.read(path)
     except ValueError as e:
         raise ValueError(f"restore: {e} gradtx.save writes the checkpoints restore reads.") from e
-    saved_fingerprint, metadata = _check_header(shown, header)
+    _check_schema(shown, header)
+    _check_checksums(shown, header, tensors)
+    saved_description, metadata = _read_header(shown, header)
     saved_params, saved_state = _split(shown, tensors)
     saved_params, saved_state = apply_rename(shown, moves, saved_params, saved_state)
 
@@ -195,10 +259,10 @@ def restore(
         state_new=loaded.missing,
         state_dropped=loaded.unexpected,
         state_changed=loaded.mismatched,
-        fingerprint_changed=saved_fingerprint not in (None, fingerprint(tx)),
         metadata=metadata,
+        **_compare(saved_description, tx),
     )
-    if strict and not report.clean:
+    if strict and not report.matched:
         raise StateMismatchError(
             report,
             intro=f"restore: the checkpoint {shown!r} does not match the transformation and "
@@ -216,24 +280,87 @@ def restore(
     return params, state, report
 
 
-def _check_header(shown: str, header: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """The saved fingerprint (or None) and user metadata, after checking the schema."""
+def _check_schema(shown: str, header: dict[str, str]) -> None:
+    """Refuse any file but a gradtx checkpoint of this layout's version, older or newer."""
     version = header.get(_SCHEMA_KEY)
     if version is None:
         raise ValueError(
             f"restore: {shown!r} is a safetensors file but not a gradtx checkpoint (its "
             f"metadata has no {_SCHEMA_KEY!r}); gradtx.save writes the checkpoints restore reads."
         )
-    if version != SCHEMA:
+    if not _VERSION.fullmatch(version):
         raise ValueError(
-            f"restore: {shown!r} is a gradtx checkpoint of schema version {version!r}, but this "
-            f"gradtx reads version {SCHEMA!r}; restore it with the gradtx that wrote it."
+            f"restore: {shown!r} has a malformed schema version {version!r} (a gradtx "
+            f"checkpoint's {_SCHEMA_KEY!r} is a whole number, {SCHEMA!r} for this gradtx); the "
+            "file's header was edited or damaged."
         )
+    if version != SCHEMA:
+        newer = int(version) > int(SCHEMA)
+        raise ValueError(
+            f"restore: {shown!r} is a gradtx checkpoint of schema version {version!r}, "
+            f"{'newer' if newer else 'older'} than the version {SCHEMA!r} this gradtx reads; "
+            f"restore it with the gradtx that wrote it"
+            + (" (or a newer one)." if newer else ", and save it again with this one.")
+        )
+
+
+def _check_checksums(shown: str, header: dict[str, str], tensors: dict[str, np.ndarray]) -> None:
+    """Raise naming every tensor whose bytes differ from those `save` wrote."""
+    text = header.get(_CHECKSUMS_KEY)
+    try:
+        saved = json.loads(text) if text is not None else None
+    except ValueError:
+        saved = None
+    if not isinstance(saved, dict) or set(saved) != set(tensors):
+        detail = (
+            f"no {_CHECKSUMS_KEY!r} entry"
+            if text is None
+            else f"a {_CHECKSUMS_KEY!r} entry that does not list its tensors' checksums"
+        )
+        raise ValueError(
+            f"restore: {shown!r} has {detail} in its metadata, which gradtx.save always "
+            "writes: the file's header was edited or damaged, or another program wrote it."
+        )
+    damaged = sorted(n for n, x in tensors.items() if safetensors_format.checksum(x) != saved[n])
+    if damaged:
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        raise ValueError(
+            f"restore: {shown!r} is damaged: the bytes of tensor(s) {damaged[:5]}{more} differ "
+            "from those gradtx.save wrote (their CRC-32 checksums do not match). The file "
+            "changed on disk or in a copy after it was saved; restore an earlier checkpoint."
+        )
+
+
+def _read_header(shown: str, header: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    """The saved description of the transformation (or None), and the user's metadata."""
     try:
         metadata = json.loads(header.get(_METADATA_KEY, "{}"))
     except ValueError:
         raise ValueError(f"restore: {shown!r}: its {_METADATA_KEY!r} is not JSON.") from None
-    return header.get(_FINGERPRINT_KEY), metadata
+    saved_hash, text = header.get(_FINGERPRINT_KEY), header.get(_DESCRIPTION_KEY)
+    if saved_hash is None and text is None:
+        return None, metadata
+    try:
+        description = json.loads(text) if text is not None else None
+    except ValueError:
+        description = None
+    if description is None or hash_description(description) != saved_hash:
+        raise ValueError(
+            f"restore: {shown!r}: its {_DESCRIPTION_KEY!r} and {_FINGERPRINT_KEY!r} entries "
+            "do not agree (gradtx.save writes both, the second the hash of the first): the "
+            "file's header was edited or damaged. Restore an earlier checkpoint."
+        )
+    return description, metadata
+
+
+def _compare(saved: Any, tx: Any) -> dict[str, Any]:
+    """The report's fingerprint fields: what differs from the saved transformation."""
+    if saved is None:
+        return {"verified": False}
+    current = describe(tx)
+    if hash_description(saved) == hash_description(current):
+        return {}
+    return {"fingerprint_changed": True, "fingerprint_changes": tuple(diff(saved, current))}
 
 
 def _split(shown: str, tensors: dict[str, np.ndarray]) -> tuple[dict, dict]:

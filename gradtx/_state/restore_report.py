@@ -28,7 +28,14 @@ class RestoreReport:
             `{key: (saved (shape, dtype), expected (shape, dtype))}`.
         fingerprint_changed: the file was saved with a transformation (`save(..., tx=tx)`)
             whose structure or static settings differ from this one's (another chain,
-            mask, flag or state dtype; not another learning rate).
+            mask, flag or state dtype; not another learning rate, and not `bucketed`'s
+            storage layout).
+        fingerprint_changes: what differs, one line per difference, by path in the
+            transformation: `chain/adamw/add_decayed_weights: mask 'a' -> '**/w'` (a
+            setting), `chain/1: adamw -> lion` (another step in that place).
+        verified: False when the file holds no fingerprint (saved without `tx=`), so the
+            transformation it was saved with is unknown: its state keys and shapes may match
+            while its mask, flags or steps differ. Such a report is never `clean`.
         metadata: the `metadata` passed to `save` (`{}` if none).
     """
 
@@ -41,11 +48,21 @@ class RestoreReport:
     state_dropped: tuple[str, ...] = ()
     state_changed: dict[str, tuple] = dataclasses.field(default_factory=dict)
     fingerprint_changed: bool = False
+    fingerprint_changes: tuple[str, ...] = ()
+    verified: bool = True
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
-        """True if every params path and state key matched and the fingerprint is the same."""
+        """True if everything matched and a fingerprint confirmed the transformation.
+
+        False for a file saved without `tx=` (`verified` is False), even if it matched.
+        """
+        return self.verified and self.matched
+
+    @property
+    def matched(self) -> bool:
+        """True if every params path and state key matched and no fingerprint differs."""
         return not (
             self.params_new
             or self.params_dropped
@@ -69,6 +86,16 @@ class RestoreReport:
         if self.fingerprint_changed:
             lines.append(
                 "fingerprint changed: the file was saved with a transformation of another "
-                "structure or static settings (another chain, mask, flag or state dtype)"
+                "structure or static settings"
+                + (":" if self.fingerprint_changes else " (another chain, mask, flag or dtype)")
+            )
+            lines.extend(f"  {change}" for change in self.fingerprint_changes[:10])
+            if len(self.fingerprint_changes) > 10:
+                lines.append(f"  ... ({len(self.fingerprint_changes) - 10} more)")
+        if not self.verified:
+            lines.append(
+                "unverified: the file holds no fingerprint of the transformation (saved "
+                "without tx=), so a change of chain, mask, flag or state dtype cannot be "
+                "detected; save with gradtx.save(..., tx=tx)"
             )
         return "\n".join(lines) or "everything matched"

@@ -139,7 +139,7 @@ def test_round_trip_is_bitwise_for_every_dtype(tmp_path, trained):
 def test_restore_into_arrays_returns_the_saved_values(tmp_path, trained):
     tx, params, state = trained
     file = str(tmp_path / "ckpt.safetensors")
-    gradtx.save(file, params, state)
+    gradtx.save(file, params, state, tx=tx)
     fresh = _mixed_params()  # params_like with other values: the file's values win
     restored, _, report = gradtx.restore(file, tx, fresh)
     assert report.clean
@@ -406,11 +406,12 @@ def test_fingerprint_change_is_reported(tmp_path):
     _, _, report = gradtx.restore(file, other, params, strict=False)
     assert report.fingerprint_changed
     assert not (report.params_new or report.state_new or report.state_dropped)
-    # Saved without tx: there is no fingerprint to compare.
+    # Saved without tx: there is no fingerprint to compare, so the restore is unverified.
     gradtx.save(file, params, tx.init(params))
     assert "gradtx.fingerprint" not in _header(file)[0]["__metadata__"]
     _, _, report = gradtx.restore(file, other, params)
-    assert report.clean
+    assert report.matched and not report.verified and not report.clean
+    assert not report.fingerprint_changed
 
 
 def test_shape_only_params_like_cannot_fill_new_paths(tmp_path):
@@ -443,10 +444,12 @@ def test_errors_name_the_file_and_the_problem(tmp_path):
         gradtx.restore(foreign, tx, params)
     future = str(tmp_path / "future")
     safetensors_format.write(future, {"params/w": np.ones(2, np.float32)}, {"gradtx.schema": "99"})
-    with pytest.raises(ValueError, match="schema version '99'.* reads version '1'"):
+    with pytest.raises(ValueError, match="schema version '99', newer than the version '1'"):
         gradtx.restore(future, tx, params)
     stray = str(tmp_path / "stray")
-    safetensors_format.write(stray, {"opt/w": np.ones(2, np.float32)}, {"gradtx.schema": "1"})
+    tensors = {"opt/w": np.ones(2, np.float32)}
+    checksums = json.dumps({"opt/w": safetensors_format.checksum(tensors["opt/w"])})
+    safetensors_format.write(stray, tensors, {"gradtx.schema": "1", "gradtx.crc32": checksums})
     with pytest.raises(ValueError, match=r"never writes .*\['opt/w'\]"):
         gradtx.restore(stray, tx, params)
 
