@@ -122,7 +122,11 @@ def backtracking(
     rtol: float = 0.0,
     store_grad: bool = False,
 ) -> Reference:
-    """Armijo backtracking (Algorithm 3.1) from the last step size times `increase_factor`."""
+    """Armijo backtracking (Algorithm 3.1) from the last step size times `increase_factor`.
+
+    Out of reductions at a point whose value (or slope) is not finite, it takes no step, and
+    the next search starts again from `max_learning_rate`.
+    """
     c1, shrink, grow = f32(slope_rtol), f32(decrease_factor), f32(increase_factor)
     top, atol, rtol = f32(max_learning_rate), f32(atol), f32(rtol)
 
@@ -136,13 +140,17 @@ def backtracking(
         f0 = objective.value
         slope0 = _dot({p: objective.gradient[p] for p in u}, u)
         line = _Line(objective.loss, objective.grad, x, u)
-        eta = min(state["learning_rate"] * grow, top)
+        last = state["learning_rate"]
+        eta = min(last * grow, top) if last > 0 else top
         while True:
             point = line.at(eta, with_grad=store_grad)
-            if point.value <= f0 + c1 * eta * slope0 + atol + rtol * abs(f0):
+            finite = math.isfinite(point.value) and (not store_grad or math.isfinite(point.slope))
+            if finite and point.value <= f0 + c1 * eta * slope0 + atol + rtol * abs(f0):
                 break
             if line.evaluations > max_backtracking_steps:
-                break  # the last step size tried is taken anyway
+                if not finite:  # never a non-finite point: the start, evaluated once more
+                    point = line.at(0.0, with_grad=store_grad)
+                break  # else the last step size tried is taken anyway
             eta *= shrink
         out = {p: point.eta * v for p, v in u.items()}
         new = {"learning_rate": point.eta, "value": point.value, "steps": line.evaluations}
@@ -214,6 +222,8 @@ def zoom(
         line = _Line(objective.loss, objective.grad, x, u)
 
         def decreases(pt: Point) -> bool:
+            if not (math.isfinite(pt.value) and math.isfinite(pt.slope)):
+                return False
             if pt.value <= f0 + c1 * pt.eta * origin.slope + tol:
                 return True
             if c3 is None:
@@ -233,7 +243,8 @@ def zoom(
 
         def search() -> Point | None:
             """The point meeting both conditions, or None when the search stopped first."""
-            eta = 1.0 if initial_guess_strategy == "one" else state["learning_rate"]
+            last = state["learning_rate"]
+            eta = 1.0 if initial_guess_strategy == "one" or last == 0 else last
             prev, eta = origin, min(eta, top)
             while line.evaluations < max_linesearch_steps:
                 pt = evaluate(eta)
@@ -276,6 +287,8 @@ def zoom(
         if chosen is None:  # the lowest value that decreased enough, else the last trial
             good = [p for p in seen if decreases(p)]
             chosen = min(good, key=lambda p: p.value) if good else seen[-1]
+            if not (math.isfinite(chosen.value) and math.isfinite(chosen.slope)):
+                chosen = Point(0.0, f0, origin.slope, objective.gradient)  # no step
         out = {p: chosen.eta * v for p, v in u.items()}
         new = {"learning_rate": chosen.eta, "value": chosen.value, "grad": chosen.grad}
         return out, {**state, **new, "steps": line.evaluations}
@@ -298,6 +311,16 @@ def with_objective(
         return out, {"direction": d_state, "search": s_state}
 
     return Reference(init, update)
+
+
+def prescaled(factor: float, inner: Reference) -> Reference:
+    """`inner` given the gradients times `factor`."""
+    k = f32(factor)
+
+    def update(grads: Flat, state: State, params: Flat) -> tuple[Flat, State]:
+        return inner.update({p: k * _f64(g) for p, g in grads.items()}, state, params)
+
+    return Reference(inner.init, update)
 
 
 def negated() -> Reference:

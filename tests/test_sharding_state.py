@@ -1,10 +1,14 @@
 """`state_shardings` and ZeRO-1 on 8 CPU devices (child processes), and its errors in-process."""
 
+import math
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import pytest
 from devices import PRELUDE, run_on_8_devices
 from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec as P
 
 import gradtx
 
@@ -362,3 +366,146 @@ def test_every_registry_entry_gets_a_promise_shaped_like_its_state():
         for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(promised)):
             assert sharding.mesh == mesh, entry.id
             assert sharding.shard_shape(leaf.shape) == leaf.shape, (entry.id, sharding)
+
+
+# --- ZeRO-1 on shapes the axis size does not divide ---------------------------------------------
+
+# Shapes where some or none of the dims divide by 8, the note ZeRO-1 gives their slots over an
+# 8-wide axis, and the spec. A dim is split only where the axis size divides it.
+UNEVEN = {
+    "a": ((12, 16), "over 'data' on dim 1", P(None, "data")),
+    "b": ((6, 40), "over 'data' on dim 1", P(None, "data")),
+    "c": ((40, 6), "over 'data' on dim 0", P("data")),
+    "d": ((4, 16), "over 'data' on dim 1", P(None, "data")),
+    "e": ((10, 12), "as its parameter: no dimension divisible by 8", P()),
+    "f": ((3, 5, 7), "as its parameter: no dimension divisible by 8", P()),
+    "g": ((12, 20, 24), "over 'data' on dim 2", P(None, None, "data")),
+}
+
+
+def _abstract_mesh(*axes: tuple[str, int]) -> jax.sharding.AbstractMesh:
+    """A mesh of any size without its devices: the layouts depend only on the axis sizes."""
+    sizes, names = tuple(n for _, n in axes), tuple(a for a, _ in axes)
+    return jax.sharding.AbstractMesh(sizes, names)
+
+
+def _assert_divides(slots: list, params: dict, mesh: Any) -> None:
+    """Every split dim of every slot is a multiple of the product of its axes' sizes."""
+    for slot in slots:
+        if slot.param is None:
+            continue
+        shape = params[slot.param].shape
+        if slot.key.startswith(("diff_params_memory", "diff_updates_memory")):
+            shape = (8, *shape)
+        for dim, entry in enumerate(slot.sharding.spec):
+            if entry is None:
+                continue
+            axes = entry if isinstance(entry, tuple) else (entry,)
+            parts = math.prod(mesh.shape[a] for a in axes)
+            assert shape[dim] % parts == 0, (slot.key, shape, slot.sharding.spec)
+
+
+def test_zero1_splits_only_a_dimension_the_axis_size_divides():
+    mesh = _abstract_mesh(("data", 8))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    params = {
+        k: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=replicated)
+        for k, (shape, _, _) in UNEVEN.items()
+    }
+    slots = gradtx.slot_layouts(gradtx.adam(1e-3), params, shard_over="data")
+    for key in ("mu", "nu"):
+        for name, (shape, note, spec) in UNEVEN.items():
+            (slot,) = [s for s in slots if s.key == f"{key}/{name}"]
+            assert (slot.note, slot.sharding.spec) == (note, spec), (name, shape, slot)
+    _assert_divides(slots, params, mesh)
+
+
+def test_zero1_splits_a_stack_of_slots_on_a_parameter_dim_the_axis_size_divides():
+    """L-BFGS's memories `[8, *shape]`: never the stack dim (which 8 divides), and only a
+    parameter dim that divides."""
+    mesh = _abstract_mesh(("data", 8))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    params = {
+        k: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=replicated)
+        for k, (shape, _, _) in UNEVEN.items()
+    }
+    slots = gradtx.slot_layouts(gradtx.lbfgs(memory_size=8), params, shard_over="data")
+    for name, (shape, note, spec) in UNEVEN.items():
+        (slot,) = [s for s in slots if s.key == f"diff_params_memory/{name}"]
+        dims = [i for i, entry in enumerate(spec) if entry is not None]
+        want_note = f"over 'data' on dim {dims[0] + 1}" if dims else note
+        want_spec = PartitionSpec(None, *spec) if dims else PartitionSpec()
+        assert (slot.note, slot.sharding.spec) == (want_note, want_spec), (name, shape, slot)
+    _assert_divides(slots, params, mesh)
+
+
+def test_zero1_joins_a_split_dimension_only_where_both_axes_divide_it():
+    """A 4-wide data axis beside a 2-wide model axis: a free dim that 4 divides first, else
+    a dim split over "model" that 8 divides, else none."""
+    mesh = _abstract_mesh(("data", 4), ("model", 2))
+    cases = {
+        "free": ((6, 12), PartitionSpec("model"), PartitionSpec("model", "data")),
+        "joined": ((16, 10), PartitionSpec("model"), PartitionSpec(("model", "data"))),
+        "neither": ((12, 10), PartitionSpec("model"), PartitionSpec("model")),
+        "uneven_free": ((8, 6), PartitionSpec(None, "model"), PartitionSpec("data", "model")),
+    }
+    params = {
+        k: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
+        for k, (shape, spec, _) in cases.items()
+    }
+    slots = {s.key: s for s in gradtx.slot_layouts(gradtx.adam(1e-3), params, shard_over="data")}
+    for name, (shape, _, want) in cases.items():
+        assert slots[f"mu/{name}"].sharding.spec == want, (name, shape, slots[f"mu/{name}"])
+    _assert_divides(list(slots.values()), params, mesh)
+
+
+# ZeRO-1 on 8 devices with shapes the axis size divides in some dims, or none: the state is
+# created where promised, each device holds an even slice of every split slot, and the
+# sharded step gives the unsharded step's params and state.
+ZERO1_UNEVEN = r"""
+mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+replicated = NamedSharding(mesh, P())
+shapes = {"a": (12, 16), "b": (6, 40), "c": (10, 12), "d": (3, 5, 7), "e": (4, 16)}
+rng = np.random.default_rng(0)
+plain = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in shapes.items()}
+params = jax.device_put(plain, replicated)
+grads = jax.tree.map(jnp.sin, params)
+split_dim = {"a": 1, "b": 1, "c": None, "d": None, "e": 1}
+
+for tx in (gradtx.adamw(1e-3, weight_decay=0.1), gradtx.lbfgs(memory_size=4, linesearch=None)):
+    promised = gradtx.state_shardings(tx, params, shard_over="data")
+    state = jax.jit(tx.init, out_shardings=promised)(params)
+    assert_promised(state, promised, "init")
+    stacked = ("diff_params_memory", "diff_updates_memory")
+    for key, x in gradtx.state_dict(state).items():
+        name = key.rsplit("/", 1)[-1]
+        if name not in shapes or x.ndim == 0:
+            continue
+        offset = 1 if key.startswith(stacked) else 0
+        dim = split_dim[name]
+        want = list(x.shape)
+        if dim is not None:  # every slot with a value per element of its parameter
+            want[dim + offset] //= 8
+        for shard in x.addressable_shards:
+            assert list(shard.data.shape) == want, (key, x.shape, shard.data.shape, want)
+
+    def step(p, s, g):
+        updates, s = tx.update(g, s, p)
+        return gradtx.apply_updates(p, updates), s
+
+    shardings = (shardings_of(params), promised)
+    jitted = jax.jit(step, in_shardings=(*shardings, shardings[0]), out_shardings=shardings)
+    p1, s1 = params, state
+    p0, s0 = plain, tx.init(plain)
+    for _ in range(3):
+        p1, s1 = jitted(p1, s1, grads)
+        p0, s0 = jax.jit(step)(p0, s0, jax.tree.map(jnp.sin, plain))
+    assert_promised(s1, promised, "after steps")
+    for a, b in zip(jax.tree.leaves((p1, s1)), jax.tree.leaves((p0, s0))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+"""
+
+
+@pytest.mark.slow
+def test_zero1_on_8_devices_splits_uneven_shapes_evenly_or_not_at_all():
+    _run_child(ZERO1_UNEVEN)

@@ -40,7 +40,9 @@ def lbfgs(
     loss function: `tx.update(grads, state, params, value=loss, grad=grads,
     value_fn=loss_fn)`. The search evaluates the loss and gradient at the point it accepts;
     `gradtx.value_and_grad_from_state(loss_fn)(params, state=state)` reads them back for the
-    next step instead of computing them again. Everything runs under `jit` and `lax.scan`.
+    next step instead of computing them again. A search never takes a point where the loss
+    or its slope is `inf` or NaN: when every trial overflows, the step is 0 (as in optax), and
+    `gradtx.stats(state)` shows `info/failed`. Everything runs under `jit` and `lax.scan`.
     Paths whose gradient is `None` do not move and are left out of every inner product (see
     `scale_by_lbfgs`).
 

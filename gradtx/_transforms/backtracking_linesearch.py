@@ -47,33 +47,45 @@ class ScaleByBacktrackingLinesearch(Linesearch):
         grow, top = cast(self.increase_factor, dtype), cast(self.max_learning_rate, dtype)
         allowance = cast(self.atol, dtype) + cast(self.rtol, dtype) * jnp.abs(f0)
 
-        def evaluate(eta: jax.Array) -> tuple[jax.Array, list | None]:
+        def evaluate(eta: jax.Array) -> tuple[jax.Array, jax.Array, list | None]:
+            """The value, whether it (and the slope, when evaluated) is finite, the gradients."""
             if self.store_grad:
-                value, _, grads = line.value_and_grad(eta)
-                return value, grads
-            return line.value(eta), None
+                value, slope, grads = line.value_and_grad(eta)
+                return value, jnp.isfinite(value) & jnp.isfinite(slope), grads
+            value = line.value(eta)
+            return value, jnp.isfinite(value), None
 
         def excess(eta: jax.Array, value: jax.Array) -> jax.Array:
             return value - (f0 + c1 * eta * slope0) - allowance
 
         def body(carry: dict) -> dict:
             eta = carry["trial"]
-            value, grads = evaluate(eta)
+            value, finite, grads = evaluate(eta)
             if grads is not None and carry["grads"] is not None:  # explicit axes: one layout
                 grads = jax.tree.map(like, grads, carry["grads"])
+            step = carry["step"] + 1
+            accepted = (excess(eta, value) <= 0) & finite
+            # Out of reductions at a point that is not finite: one more pass evaluates the
+            # start (eta = 0), which the condition accepts, so the search takes no step.
+            retreat = ~accepted & ~finite & (step > self.max_backtracking_steps) & (eta != 0)
             return {
-                "step": carry["step"] + 1,
-                "trial": eta * shrink,
+                "step": step,
+                "trial": jnp.where(retreat, jnp.zeros_like(eta), eta * shrink),
                 "eta": eta,
                 "value": value,
                 "grads": grads,
-                "accepted": excess(eta, value) <= 0,
+                "accepted": accepted,
+                "retreat": retreat,
+                "no_step": carry["no_step"] | retreat,
             }
 
         def keep_going(carry: dict) -> jax.Array:
-            return ~carry["accepted"] & (carry["step"] <= self.max_backtracking_steps)
+            more = (carry["step"] <= self.max_backtracking_steps) | carry["retreat"]
+            return ~carry["accepted"] & more
 
-        start = jnp.minimum(state["learning_rate"] * grow, top)
+        # After a search that took no step, start over from the largest step size.
+        last_rate = state["learning_rate"]
+        start = jnp.where(last_rate > 0, jnp.minimum(last_rate * grow, top), top)
         carry = {
             "step": jnp.zeros((), jnp.int32),
             "trial": start,
@@ -81,13 +93,17 @@ class ScaleByBacktrackingLinesearch(Linesearch):
             "value": f0,
             "grads": _overwritten_grads(line, state) if self.store_grad else None,
             "accepted": jnp.zeros((), bool),
+            "retreat": jnp.zeros((), bool),
+            "no_step": jnp.zeros((), bool),
         }
         carry = lax.while_loop(keep_going, body, carry)
+        failed = carry["no_step"] | ~carry["accepted"]
         error = jnp.maximum(excess(carry["eta"], carry["value"]), jnp.zeros((), dtype))
-        error = jnp.where(jnp.isnan(error), jnp.full((), jnp.inf, dtype), error)
+        inf = jnp.full((), jnp.inf, dtype)
+        error = jnp.where(jnp.isnan(error) | carry["no_step"], inf, error)
         if self.verbose:
-            report(self.name, ~carry["accepted"], carry["eta"], error)
-        info = {"num_linesearch_steps": carry["step"], "decrease_error": error}
+            report(self.name, failed, carry["eta"], error)
+        info = {"num_linesearch_steps": carry["step"], "decrease_error": error, "failed": failed}
         return self.finish(line, state, carry["eta"], carry["value"], carry["grads"], info)
 
 
@@ -127,8 +143,11 @@ def scale_by_backtracking_linesearch(
       + \epsilon_r\,\lvert f(x)\rvert$$
 
     (Nocedal & Wright, Algorithm 3.1), or `max_backtracking_steps` reductions were made;
-    the last step size tried is then taken anyway. The output is $\eta u$, so $u$ should be a
-    descent direction ($\langle g, u\rangle < 0$, e.g. after `scale_by_learning_rate`).
+    the last step size tried is then taken anyway (the statistic `failed`), unless its value
+    (or, with `store_grad`, its slope) is `inf` or NaN: a non-finite value is never taken, and
+    the search then evaluates the start once more and takes no step ($\eta = 0$); the next
+    search starts over from $\eta_{max}$. The output is $\eta u$, so $u$ should be a descent
+    direction ($\langle g, u\rangle < 0$, e.g. after `scale_by_learning_rate`).
 
     Call it as `tx.update(updates, state, params, value=loss, grad=grads,
     value_fn=loss_fn)`. Extra keyword arguments of `update` that `value_fn` names after the
@@ -154,9 +173,11 @@ def scale_by_backtracking_linesearch(
             condition.
 
     State:
-        Global, by name: `learning_rate` (the step size taken; 1 at `init`), `value` (the
-        loss there; `inf` at `init`) and `info/num_linesearch_steps` (int32, the number of
-        evaluations), `info/decrease_error` (how much the condition missed by, 0 when met);
+        Global, by name: `learning_rate` (the step size taken, 0 for no step; 1 at `init`),
+        `value` (the loss there; `inf` at `init`) and `info/num_linesearch_steps` (int32, the
+        number of evaluations), `info/decrease_error` (how much the condition missed by, 0
+        when met, `inf` when no step was taken), `info/failed` (bool: no step size met the
+        condition);
         with `store_grad`, `grad/<path>` (the gradient at the accepted point, shaped like the
         parameter). Floats are float32 (float64 for float64 params). Packed params are
         refused.

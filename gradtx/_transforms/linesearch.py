@@ -202,7 +202,7 @@ class Linesearch(Transformation, KeepsStatistics):
     """
 
     name: ClassVar[str] = "linesearch"
-    info_keys: ClassVar[tuple[str, ...]] = ("num_linesearch_steps", "decrease_error")
+    info_keys: ClassVar[tuple[str, ...]] = ("num_linesearch_steps", "decrease_error", "failed")
 
     def keeps_grad(self) -> bool:
         """Whether the state keeps the gradient at the accepted point."""
@@ -224,13 +224,9 @@ class Linesearch(Transformation, KeepsStatistics):
         state["value"] = jnp.full((), jnp.inf, dtype)
         if not self.keep_statistics:
             return state
+        start = {"num_linesearch_steps": jnp.zeros((), jnp.int32), "failed": jnp.zeros((), bool)}
         state["info"] = statistics(
-            {
-                k: jnp.zeros((), jnp.int32)
-                if k == "num_linesearch_steps"
-                else jnp.full((), jnp.inf, dtype)
-                for k in self.info_keys
-            }
+            {k: start[k] if k in start else jnp.full((), jnp.inf, dtype) for k in self.info_keys}
         )
         return state
 

@@ -86,6 +86,7 @@ class ScaleByZoomLinesearch(Linesearch):
         "num_linesearch_steps",
         "decrease_error",
         "curvature_error",
+        "failed",
     )
     max_linesearch_steps: int = static(15)
     max_learning_rate: Any = hyperparam(None)
@@ -107,9 +108,10 @@ class ScaleByZoomLinesearch(Linesearch):
         line = self.line(updates, state, params, extra)
         dtype = line.dtype
         c = _Conditions(self, line)
-        start = (
-            jnp.ones((), dtype) if self.initial_guess_strategy == "one" else state["learning_rate"]
-        )
+        last_rate = state["learning_rate"]
+        # After a search that took no step, "keep" starts over from 1: growing 0 finds nothing.
+        kept = jnp.where(last_rate > 0, last_rate, jnp.ones((), dtype))
+        start = jnp.ones((), dtype) if self.initial_guess_strategy == "one" else kept
         if self.max_learning_rate is not None:
             start = jnp.minimum(start, cast(self.max_learning_rate, dtype))
         origin = (jnp.zeros((), dtype), line.value0, line.slope0)
@@ -132,6 +134,7 @@ class ScaleByZoomLinesearch(Linesearch):
             "safe": origin,
             "refetching": jnp.zeros((), bool),
             "found": jnp.zeros((), bool),
+            "no_step": jnp.zeros((), bool),
         }
 
         def keep_going(carry: dict) -> jax.Array:
@@ -143,20 +146,25 @@ class ScaleByZoomLinesearch(Linesearch):
 
         carry = lax.while_loop(keep_going, iterate, carry)
         # Both conditions met: the last point. Else the lowest value that decreased enough,
-        # if any; else the last point tried.
+        # if any; else the last point tried, which is the start again (eta = 0) when its value
+        # or slope was not finite.
         use_last = carry["met"] | ~carry["found"]
         eta, value, slope = _pick(use_last, carry["last"][:3], carry["safe"])
         grads = carry["last"][3]  # the safe point's, when it was evaluated again
+        inf = jnp.full((), jnp.inf, dtype)
         decrease_error = jnp.where(
             c.decrease(eta, value, slope), jnp.zeros((), dtype), c.excess(eta, value)
         )
+        decrease_error = jnp.where(carry["no_step"], inf, decrease_error)
         curvature_error = jnp.maximum(c.curvature_excess(slope), jnp.zeros((), dtype))
+        curvature_error = jnp.where(carry["no_step"], inf, curvature_error)
         if self.verbose:
             report(self.name, ~carry["met"], eta, jnp.maximum(decrease_error, curvature_error))
         info = {
             "num_linesearch_steps": carry["step"],
             "decrease_error": _finite_or_inf(decrease_error),
             "curvature_error": _finite_or_inf(curvature_error),
+            "failed": ~carry["met"],
         }
         return self.finish(line, state, eta, value, grads, info)
 
@@ -172,7 +180,9 @@ class ScaleByZoomLinesearch(Linesearch):
         """Move the bracket or the zoom interval by the trial `point`; the next trial."""
         eta, value, slope = point
         dtype = eta.dtype
-        decrease = c.decrease(eta, value, slope)
+        # A non-finite value or slope is never a decrease, so never taken (nor kept as safe).
+        finite = jnp.isfinite(value) & jnp.isfinite(slope)
+        decrease = c.decrease(eta, value, slope) & finite
         met = decrease & c.curvature(slope)
         safer = decrease & (~carry["found"] | (value < carry["safe"][1]))
         out = dict(carry)
@@ -223,9 +233,12 @@ class ScaleByZoomLinesearch(Linesearch):
         out["done"] = out["done"] | (out["zooming"] & narrow & out["found"])
         out["trial"] = jnp.where(out["zooming"], _next_in_interval(out), larger)
         # Stopping short of both conditions at a later trial than the safe point: one more
-        # pass evaluates the safe point's gradient.
+        # pass evaluates the safe point's gradient. With no safe point and a last trial that
+        # is not finite, the safe point is the start: the search takes no step.
         stopping = out["done"] | (out["step"] >= self.max_linesearch_steps)
-        refetch = stopping & ~met & out["found"] & ~safer
+        no_step = stopping & ~met & ~out["found"] & ~finite
+        refetch = stopping & ~met & ((out["found"] & ~safer) | no_step)
+        out["no_step"] = no_step
         out["refetching"] = refetch
         out["trial"] = jnp.where(refetch, out["safe"][0], out["trial"])
         return out
@@ -300,10 +313,12 @@ def scale_by_zoom_linesearch(
     and $\phi'(\eta) \le (2c_1 - 1)\,\phi'(0) + \epsilon$ (not with `approx_dec_rtol=None`).
     The search stops when both conditions hold, when the zoom interval is narrower than
     `stepsize_precision` and some trial decreased enough, at the largest step size
-    allowed, or after `max_linesearch_steps` trials. Unless both conditions were met, it
-    takes the trial with the lowest value among those that decreased enough, or else the
-    last trial; taking an earlier trial than the last, it evaluates `value_fn` and its
-    gradient there once more (not counted as a trial), which keeps the search's memory to one
+    allowed, or after `max_linesearch_steps` trials. Unless both conditions were met (the
+    statistic `failed`), it takes the trial with the lowest value among those that decreased
+    enough, or else the last trial if its value and slope are finite, or else no step at all
+    ($\eta = 0$, as optax): a trial whose value or slope is `inf` or NaN is never taken.
+    Taking an earlier point than the last trial, it evaluates `value_fn` and its gradient
+    there once more (not counted as a trial), which keeps the search's memory to one
     gradient. The output is $\eta u$; $u$ should be a descent direction.
 
     Call it as `tx.update(updates, state, params, value=loss, grad=grads,
@@ -324,17 +339,20 @@ def scale_by_zoom_linesearch(
         stepsize_precision: the width of the zoom interval under which the search takes the
             best step size that decreased enough.
         initial_guess_strategy: `"one"` (start from 1, for quasi-Newton directions such as
-            L-BFGS's) or `"keep"` (start from the last step size, for gradient directions).
+            L-BFGS's) or `"keep"` (start from the last step size, for gradient directions;
+            from 1 again after a search that took no step).
         verbose: print a line (through `jax.debug.callback`) when the conditions were not
             both met.
 
     State:
-        Global, by name: `learning_rate` (the step size taken; 1 at `init`), `value` (the
-        loss there, `inf` at `init`), and `info/num_linesearch_steps` (int32),
-        `info/decrease_error`, `info/curvature_error` (how much each condition missed by, 0
-        when met); per path, `grad/<path>`: the gradient at the accepted point, shaped like
-        the parameter (for `value_and_grad_from_state`). Floats are float32 (float64 for
-        float64 params). Packed params are refused.
+        Global, by name: `learning_rate` (the step size taken, 0 for no step; 1 at `init`),
+        `value` (the loss there, `inf` at `init`), and `info/num_linesearch_steps` (int32),
+        `info/decrease_error`, `info/curvature_error` (how much each condition missed by at
+        the step taken: 0 when met, `inf` when no step was taken because the last trial was
+        not finite), `info/failed` (bool: the conditions were not both met, and the step is
+        one of the fallbacks above); per path, `grad/<path>`: the gradient at the accepted
+        point, shaped like the parameter (for `value_and_grad_from_state`). Floats are float32
+        (float64 for float64 params). Packed params are refused.
 
     Examples:
         >>> loss_fn = lambda p: jnp.sum((p["w"] - 1.0) ** 2)

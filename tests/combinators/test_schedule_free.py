@@ -125,6 +125,74 @@ def test_the_average_is_recovered_from_y_and_z():
         np.testing.assert_allclose(np.asarray(flat(xs[-1])[path]), want, rtol=1e-6, atol=1e-6)
 
 
+# --- a rate that rises, then falls -------------------------------------------------------------
+
+
+def _official_form(
+    rates: list[float],
+    b1: float,
+    power: float,
+    weight_decay: float,
+    b2: float | None = None,
+    eps: float = 1e-8,
+) -> tuple[list, list]:
+    """Schedule-Free SGD (or, with `b2`, AdamW) in float64, written as the authors' reference
+    implementation steps: `y` moved towards `z` by `c`, then along the gradient, `x` read as
+    `y + (1 - 1/b1) (z - y)`. `rates[t]` is the rate of step `t + 1` (Adam's bias correction
+    included); the averaging weight is the largest rate so far to the power `power`."""
+    b1, power, wd = (float(np.float32(v)) for v in (b1, power, weight_decay))
+    y = {p: np.asarray(v, np.float64) for p, v in flat(PARAMS).items()}
+    z = {p: v.copy() for p, v in y.items()}
+    v = {p: np.zeros_like(x) for p, x in y.items()}
+    lr_max, weight_sum, ys, xs = 0.0, 0.0, [], []
+    for lr, grads in zip(rates, GRADS):
+        lr_max = max(lr_max, lr)
+        weight = lr_max**power
+        weight_sum += weight
+        c = weight / weight_sum
+        for p, g in flat(grads).items():
+            g = np.asarray(g, np.float64)
+            if b2 is None:
+                step = g + wd * y[p]
+            else:
+                v[p] = b2 * v[p] + (1 - b2) * g * g
+                step = g / (np.sqrt(v[p]) + eps) + wd * y[p]
+            y[p] = (1 - c) * y[p] + c * z[p] + lr * (b1 * (1 - c) - 1) * step
+            z[p] = z[p] - lr * step
+        ys.append(dict(y))
+        xs.append({p: y[p] + (1 - 1 / b1) * (z[p] - y[p]) for p in y})
+    return ys, xs
+
+
+def _falls(rates: list[float]) -> None:
+    """The rates fall well below their running maximum: the weights depend on the max."""
+    running = np.maximum.accumulate(rates)
+    assert np.sum(np.asarray(rates) < 0.5 * running) >= 5, rates
+
+
+def test_sgd_with_a_warmup_then_decay_weighs_by_the_largest_rate_so_far():
+    schedule = schedules.warmup_cosine_decay(0.05, 0.5, 3, 15, end_value=0.02)
+    rates = [float(np.float32(schedule(k))) for k in range(N_STEPS)]
+    _falls(rates)
+    tx = gradtx.schedule_free_sgd(schedule, b1=0.9, weight_decay=0.01, weight_lr_power=2.0)
+    want = _official_form(rates, b1=0.9, power=2.0, weight_decay=0.01)
+    assert_trajectories(run(tx)[:2], want, rtol=2e-6)
+
+
+def test_adamw_with_a_decaying_rate_weighs_by_the_largest_corrected_rate_so_far():
+    """The weights follow the largest of the rates times Adam's bias correction."""
+    b2 = 0.9
+    schedule = schedules.warmup_cosine_decay(0.005, 0.05, 2, 12, end_value=0.002)
+    rates = [
+        float(np.float32(schedule(k))) * float(np.sqrt(1 - np.float32(b2) ** (k + 1)))
+        for k in range(N_STEPS)
+    ]
+    _falls(rates)
+    tx = gradtx.schedule_free_adamw(schedule, b1=0.9, b2=b2, weight_decay=0.05)
+    want = _official_form(rates, b1=0.9, power=2.0, weight_decay=0.05, b2=float(np.float32(b2)))
+    assert_trajectories(run(tx)[:2], want, rtol=2e-6)
+
+
 # --- precision --------------------------------------------------------------------------------
 
 PRECISION = {"lr": 0.05, "warmup": 10, "b1": 0.9, "power": 2.0, "steps": 300, "n": 4096}

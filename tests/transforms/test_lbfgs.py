@@ -339,7 +339,12 @@ def test_state_dict_names_paths_and_scalars():
     assert keys["diff_params_memory/enc/w"].shape == (4, 2, 3)
     assert keys["grad/enc/w"].shape == (2, 3)
     scalars = {"count", "weights_memory", "learning_rate", "value"}
-    info = {"info/num_linesearch_steps", "info/decrease_error", "info/curvature_error"}
+    info = {
+        "info/num_linesearch_steps",
+        "info/decrease_error",
+        "info/curvature_error",
+        "info/failed",
+    }
     slots = {f"{slot}/{path}" for slot in per_path for path in ("enc/w", "enc/b", "head/0")}
     assert set(keys) == slots | scalars | info
     assert keys["weights_memory"].shape == (4,)
@@ -550,6 +555,7 @@ def test_zoom_picks_the_parabolas_minimum():
     info = gradtx.stats(state)
     assert int(info["scale_by_zoom_linesearch/info/num_linesearch_steps"]) == 2
     assert float(info["scale_by_zoom_linesearch/info/curvature_error"]) == 0.0
+    assert not bool(info["scale_by_zoom_linesearch/info/failed"])
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -575,6 +581,7 @@ def test_zoom_falls_back_to_an_earlier_trial_with_its_own_gradient(jit):
     np.testing.assert_allclose(state["value"], loss_fn(moved), rtol=1e-6)
     assert int(state["info"]["num_linesearch_steps"]) == 2
     assert float(state["info"]["curvature_error"]) > 0  # not both conditions: the fallback
+    assert bool(state["info"]["failed"])
 
     def loss(flat):
         return float(np.sum((flat["w"] - 1.0) ** 2))
@@ -587,6 +594,139 @@ def test_zoom_falls_back_to_an_earlier_trial_with_its_own_gradient(jit):
     want, ref_state = reference.update(flat64(direction), ref_state, flat64(params))
     np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-6)
     np.testing.assert_allclose(state["grad"]["w"], ref_state["grad"]["w"], rtol=1e-6)
+
+
+# --- searches where trials are not finite -------------------------------------------------------
+
+
+def _walled(kind: str):
+    """`sum (w - 1)^2` inside `|w| < 2`, `inf` or NaN outside; and its float64 twins."""
+    wall = {"inf": np.inf, "nan": np.nan}[kind]
+
+    def loss_fn(p):
+        w = p["w"]
+        return jnp.sum(jnp.where(jnp.abs(w) < 2.0, (w - 1.0) ** 2, wall))
+
+    def loss(flat):
+        w = flat["w"]
+        return float(np.sum(np.where(np.abs(w) < 2.0, (w - 1.0) ** 2, wall)))
+
+    def grad(flat):
+        w = flat["w"]
+        return {"w": np.where(np.abs(w) < 2.0, 2.0 * (w - 1.0), 0.0)}
+
+    return loss_fn, loss, grad
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_lbfgs_takes_no_step_when_no_trial_is_finite(jit):
+    """`sum(w**4)` at `w = 1e6`: every trial of the first direction overflows to `inf`. The
+    search takes no step (as optax does), says it failed, and the params stay finite."""
+
+    def loss_fn(p):
+        return jnp.sum(p["w"] ** 4)
+
+    params = {"w": jnp.array([1e6, -3e5])}
+    tx = gradtx.lbfgs(scale_init_precond=False)
+    value_and_grad = gradtx.value_and_grad_from_state(loss_fn)
+
+    def step(p, state):
+        value, grads = value_and_grad(p, state=state)
+        updates, state = tx.update(grads, state, p, value=value, grad=grads, value_fn=loss_fn)
+        return gradtx.apply_updates(p, updates), state, updates
+
+    step = jax.jit(step) if jit else step
+    p, state = params, tx.init(params)
+    for k in range(3):
+        p, state, updates = step(p, state)
+        np.testing.assert_array_equal(updates["w"], [0.0, 0.0], err_msg=f"step {k}")
+        np.testing.assert_array_equal(p["w"], params["w"])
+        stats = gradtx.stats(state)
+        assert bool(stats["info/failed"])
+        assert float(stats["info/decrease_error"]) == np.inf
+        assert float(state["learning_rate"]) == 0.0
+        # What the search kept is the loss and gradient at the params, all finite.
+        assert float(state["value"]) == float(loss_fn(params))
+        want = jax.grad(loss_fn)(params)["w"]
+        np.testing.assert_array_equal(state["grad"]["w"], want)
+
+    oracle = optax.lbfgs(scale_init_precond=False)
+    o_state = oracle.init(params)
+    value, grads = jax.value_and_grad(loss_fn)(params)
+    with jax.numpy_dtype_promotion("standard"):
+        o_updates, _ = oracle.update(
+            grads, o_state, params, value=value, grad=grads, value_fn=loss_fn
+        )
+    np.testing.assert_array_equal(o_updates["w"], updates["w"])
+
+
+@pytest.mark.parametrize("kind", ["inf", "nan"])
+@pytest.mark.parametrize(
+    ("make", "reference"),
+    [
+        (lambda: gradtx.scale_by_zoom_linesearch(3), lambda: rl.zoom(3)),
+        (
+            lambda: gradtx.scale_by_backtracking_linesearch(3),
+            lambda: rl.backtracking(3),
+        ),
+        (
+            lambda: gradtx.scale_by_backtracking_linesearch(3, store_grad=True),
+            lambda: rl.backtracking(3, store_grad=True),
+        ),
+    ],
+    ids=["zoom", "backtracking", "backtracking-grad"],
+)
+def test_a_search_never_takes_a_point_that_is_not_finite(make, reference, kind):
+    """Every trial past the wall: no step, `failed`, and the next search starts over (from 1)
+    instead of growing a step size of 0. Then an ordinary search, as the reference's."""
+    loss_fn, loss, grad = _walled(kind)
+    tx, ref = make(), reference()
+    params = {"w": jnp.array([0.0, 0.5])}
+    value, grads = jax.value_and_grad(loss_fn)(params)
+    state, ref_state = tx.init(params), ref.init({})
+    objective = rl.Objective(loss, grad, float(value), flat64(grads))
+    kwargs = {"value": value, "grad": grads, "value_fn": loss_fn}
+    for k, scale in enumerate((-100.0, -0.3, -100.0, -0.03)):
+        direction = {"w": scale * grads["w"]}
+        updates, state = tx.update(direction, state, params, **kwargs)
+        ref_state = {**ref_state, "objective": objective}
+        want, ref_state = ref.update(flat64(direction), ref_state, flat64(params))
+        np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-6, err_msg=f"call {k}")
+        assert int(state["info"]["num_linesearch_steps"]) == ref_state["steps"], k
+        assert np.isfinite(float(state["value"])), k
+        if scale == -100.0:
+            np.testing.assert_array_equal(updates["w"], [0.0, 0.0])
+            assert float(state["learning_rate"]) == 0.0
+            assert bool(state["info"]["failed"])
+            assert float(state["info"]["decrease_error"]) == np.inf
+            if "grad" in state:  # the gradient at the params, not past the wall
+                np.testing.assert_array_equal(state["grad"]["w"], grads["w"])
+        else:
+            assert float(state["learning_rate"]) > 0.0
+            assert not bool(state["info"]["failed"]), k
+            assert float(state["info"]["decrease_error"]) == 0.0
+
+
+def test_zoom_keeps_the_best_finite_trial_and_says_it_failed():
+    """A finite trial that decreased enough, then trials past the wall: the finite one."""
+    loss_fn, loss, grad = _walled("nan")
+    params = {"w": jnp.array([0.0, 0.5])}
+    value, grads = jax.value_and_grad(loss_fn)(params)
+    # eta = 1 reaches w = 0.02, 0.51: lower, slope steep; grown 100-fold, past the wall.
+    tx = gradtx.scale_by_zoom_linesearch(2, increase_factor=100.0)
+    direction = {"w": -0.01 * grads["w"]}
+    kwargs = {"value": value, "grad": grads, "value_fn": loss_fn}
+    updates, state = tx.update(direction, tx.init(params), params, **kwargs)
+    np.testing.assert_allclose(updates["w"], direction["w"], rtol=1e-6)
+    assert bool(state["info"]["failed"])
+    moved = gradtx.apply_updates(params, updates)
+    np.testing.assert_allclose(state["value"], loss_fn(moved), rtol=1e-6)
+    np.testing.assert_allclose(state["grad"]["w"], jax.grad(loss_fn)(moved)["w"], rtol=1e-6)
+    ref = rl.zoom(2, increase_factor=100.0)
+    objective = rl.Objective(loss, grad, float(value), flat64(grads))
+    ref_state = {**ref.init({}), "objective": objective}
+    want, _ = ref.update(flat64(direction), ref_state, flat64(params))
+    np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-6)
 
 
 def test_extra_arguments_reach_value_fn():
