@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -12,10 +13,29 @@ import jax.numpy as jnp
 from gradtx._core.lift import init_slots, update_slots
 from gradtx._core.module import Module
 from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._layouts.packed import join_path
 from gradtx._paths.cache import BoundedCache
-from gradtx._paths.paths import flatten
+from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["ElementwiseTransform", "hyperparam_at"]
+__all__ = ["ElementwiseTransform", "Float16Check", "hyperparam_at", "warn_float16_statistics"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Float16Check:
+    """Slots that float16 cannot hold, which `init` warns about for float16 params.
+
+    Attributes:
+        slots: the slot names, e.g. `("nu",)`.
+        what: how the warning calls them, e.g. `"the second moment"`.
+        dtype_argument: the transformation's argument that sets their dtype (no warning once
+            it is set), or `None` when they always take the parameter's dtype.
+        why: what goes wrong in float16, for the warning.
+    """
+
+    slots: tuple[str, ...]
+    what: str
+    dtype_argument: str | None
+    why: str = "where squared gradients underflow and updates blow up"
 
 
 def hyperparam_at(value: Any, count: Any) -> Any:
@@ -54,6 +74,9 @@ class ElementwiseTransform(Transformation):
     # are stored as `StepCounts` (one scalar shared by the paths that count alike), and the
     # lifting helper advances them itself.
     step_count_slots: ClassVar[tuple[str, ...]] = ("count", "schedule_count")
+    # Slots of squared gradients (second moments, sums of squares): in float16 they underflow,
+    # so `init` warns about float16 params that would keep them in float16.
+    float16_check: ClassVar[Float16Check | None] = None
 
     def state_keys(self) -> tuple[str, ...]:
         """Names of the per-path slots this transformation keeps."""
@@ -94,8 +117,7 @@ class ElementwiseTransform(Transformation):
 
     def init(self, params: Any) -> dict:
         """Slots for every non-`None` leaf of `params`."""
-        if "nu" in self.state_keys() and getattr(self, "nu_dtype", False) is None:
-            warn_float16_second_moment(self.name, params, self.selected_paths(params, params))
+        warn_float16_statistics(self, params, self.selected_paths(params, params))
         keys = self.slot_keys()
         counts = [k for k in keys if k in self.step_count_slots]
         return init_slots(params, self.init_leaf, keys, step_counts=counts)
@@ -122,28 +144,58 @@ class ElementwiseTransform(Transformation):
         )
 
 
-def warn_float16_second_moment(owner: str, params: Any, where: set[str] | None = None) -> None:
-    """Warn when float16 params would keep a second moment (`nu`) in float16.
+def warn_float16_statistics(tx: Any, params: Any, where: set[str] | None = None) -> None:
+    """Warn when float16 params would keep `tx.float16_check`'s slots in float16.
 
     A squared gradient underflows there: 1e-3 squares to 1e-6, below float16's smallest
-    normal number (6e-5), so `nu` rounds towards zero and `g / sqrt(nu)` blows up (a 1e-3
-    gradient gave a -100 update). bfloat16 has float32's range and is not affected.
+    normal number (6e-5), so a second moment rounds towards zero and `g / sqrt(nu)` blows up
+    (a 1e-3 gradient gave a -100 update). bfloat16 has float32's range and is not affected.
+    No warning once the slots' dtype argument is set (float16 included: that was asked for).
+
+    Args:
+        tx: the transformation, whose class sets `float16_check` (`None`: nothing to check).
+        params: the params given to `init`.
+        where: the paths that keep the slots (`None`: every path).
+
+    Examples:
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     _ = gradtx.scale_by_rss().init({"w": jnp.zeros(2, jnp.float16)})
+        >>> "keep the sum of squares `sum_of_squares` in float16" in str(seen[0].message)
+        True
     """
+    check = getattr(tx, "float16_check", None)
+    if check is None:
+        return
+    argument = check.dtype_argument
+    if argument is not None and getattr(tx, argument) is not None:
+        return
     paths, leaves, _ = flatten(params)
-    narrow = [
-        p
-        for p, x in zip(paths, leaves)
-        if getattr(x, "dtype", None) == jnp.float16 and (where is None or p in where)
-    ]
-    if narrow:
-        shown = ", ".join(repr(p) for p in narrow[:4]) + (", ..." if len(narrow) > 4 else "")
-        warnings.warn(
-            f"{owner}: the float16 params at {shown} keep the second moment `nu` in float16, "
-            "where squared gradients underflow and updates blow up. Pass "
-            "`nu_dtype=jnp.float32`.",
-            UserWarning,
-            stacklevel=3,
-        )
+    narrow = []
+    for path, x in zip(paths, leaves):
+        if is_unit(x):  # packed params: the paths of their float16 buffer
+            groups = x.layout.groups
+            inside = [
+                join_path(path, s.path) for s in x.layout.specs if groups[s.group] == "float16"
+            ]
+            narrow += [p for p in inside if where is None or p in where]
+        elif getattr(x, "dtype", None) == jnp.float16 and (where is None or path in where):
+            narrow.append(path)
+    if not narrow:
+        return
+    shown = ", ".join(repr(p) for p in narrow[:4]) + (", ..." if len(narrow) > 4 else "")
+    names = [f"`{slot}`" for slot in check.slots]
+    slots = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if argument is None:
+        fix = "Train these params in float32 or bfloat16 (which has float32's range)."
+    else:
+        fix = f"Pass `{argument}=jnp.float32`."
+    warnings.warn(
+        f"{tx.name}: the float16 params at {shown} keep {check.what} {slots} in float16, "
+        f"{check.why}. {fix}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _run_update_leaf(tx: ElementwiseTransform, g: Any, slots: dict, param: Any) -> tuple:

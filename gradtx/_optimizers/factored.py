@@ -32,6 +32,7 @@ def adafactor(
     weight_decay_mask: Any = None,
     *,
     stacked: Any = None,
+    v_dtype: Any = None,
 ) -> Chain:
     r"""Adafactor: factored second moments, update clipping and relative step sizes.
 
@@ -66,6 +67,8 @@ def adafactor(
         weight_decay_mask: a selector of the paths to decay (default: all).
         stacked: `{selector: n}` for stacked layers: the moments, the clipping and the
             parameter scale are per slice of the first `n` axes.
+        v_dtype: dtype of the second moments (default: the parameter's dtype; float16 params
+            need float32 here, since squared gradients underflow in float16).
 
     State:
         `v_row/<path>`, `v_col/<path>`, `v/<path>`, `count/<path>` (see
@@ -84,7 +87,13 @@ def adafactor(
     """
     parts: list = [
         scale_by_factored_rms(
-            factored, decay_rate, decay_offset, min_dim_size_to_factor, eps, stacked=stacked
+            factored,
+            decay_rate,
+            decay_offset,
+            min_dim_size_to_factor,
+            eps,
+            stacked=stacked,
+            v_dtype=v_dtype,
         )
     ]
     if clipping_threshold is not None:

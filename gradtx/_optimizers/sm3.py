@@ -11,7 +11,7 @@ from gradtx._transforms.sm3 import scale_by_sm3
 __all__ = ["sm3"]
 
 
-def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9) -> Any:
+def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9, *, v_dtype: Any = None) -> Any:
     r"""SM3: AdaGrad-like steps with one accumulator per row and column instead of per element.
 
     `chain(scale_by_sm3(b1=momentum), scale_by_learning_rate(learning_rate))`:
@@ -26,6 +26,7 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9) -> Any:
     Args:
         learning_rate: a number or a schedule.
         momentum: the momentum decay $\beta$ (0 for none).
+        v_dtype: dtype of the accumulators (default: the parameter's dtype).
 
     State:
         `mu/<path>` (momentum) and `v/<path>` (accumulators, shape `(sum(param.shape),)`);
@@ -40,4 +41,6 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9) -> Any:
     References:
         Anil et al., "Memory-Efficient Adaptive Optimization", NeurIPS 2019.
     """
-    return optimizer("sm3", scale_by_sm3(b1=momentum), scale_by_learning_rate(learning_rate))
+    return optimizer(
+        "sm3", scale_by_sm3(b1=momentum, v_dtype=v_dtype), scale_by_learning_rate(learning_rate)
+    )

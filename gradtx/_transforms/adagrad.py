@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._transforms.rms import filled_for
@@ -19,6 +19,9 @@ class ScaleByRss(ElementwiseTransform):
     """Rescale by the root of the sum of squared gradients (see `scale_by_rss`)."""
 
     name: ClassVar[str] = "scale_by_rss"
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("sum_of_squares",), "the sum of squares", "accumulator_dtype"
+    )
     initial_accumulator_value: Any = hyperparam(0.1)
     eps: Any = hyperparam(1e-7, check=non_negative)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
@@ -46,6 +49,9 @@ class ScaleByAdadelta(ElementwiseTransform):
     """Adadelta's rescaling (see `scale_by_adadelta`)."""
 
     name: ClassVar[str] = "scale_by_adadelta"
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("mean_sq_grad", "mean_sq_update"), "the averages of squares", "accumulator_dtype"
+    )
     rho: Any = hyperparam(0.9, check=decay_rate)
     eps: Any = hyperparam(1e-6, check=non_negative)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)

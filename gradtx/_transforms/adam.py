@@ -6,18 +6,22 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
 
 __all__ = ["scale_by_adam"]
 
+# `nu`, set by `nu_dtype`: what `init` warns about for float16 params (Adam and its relatives).
+SECOND_MOMENT = Float16Check(("nu",), "the second moment", "nu_dtype")
+
 
 class ScaleByAdam(ElementwiseTransform):
     """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
 
     name: ClassVar[str] = "scale_by_adam"
+    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-8, check=non_negative)

@@ -6,10 +6,11 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
+from gradtx._transforms.adam import SECOND_MOMENT
 from gradtx._transforms.rms import filled_for
 
 __all__ = [
@@ -37,6 +38,8 @@ def _first_moment_hat(mu: Any, grad: Any, b1: Any, t: Any, nesterov: bool) -> An
 class _Moments(ElementwiseTransform):
     """Common slots: first moment `mu`, second moment `nu` and the path's step `count`."""
 
+    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
+
     def state_keys(self) -> tuple[str, ...]:
         """First moment `mu`, second moment `nu`, and the path's step `count`."""
         return ("mu", "nu", "count")
@@ -54,6 +57,9 @@ class ScaleByAmsgrad(_Moments):
     """Adam with the running maximum of the second moment (see `scale_by_amsgrad`)."""
 
     name: ClassVar[str] = "scale_by_amsgrad"
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("nu", "nu_max"), "the second moments", "nu_dtype"
+    )
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-8, check=non_negative)
@@ -91,6 +97,13 @@ class ScaleByAdamax(_Moments):
     """Adam with the infinity norm (see `scale_by_adamax`)."""
 
     name: ClassVar[str] = "scale_by_adamax"
+    # Not squared, but `eps` (1e-8) rounds to zero in float16, so a zero gradient gives 0/0.
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("nu",),
+        "the infinity norm",
+        "nu_dtype",
+        why="where a small `eps` rounds to zero and a zero gradient gives 0/0 (NaN)",
+    )
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-8, check=non_negative)
@@ -253,6 +266,7 @@ class ScaleByAdan(ElementwiseTransform):
     """Adan's rescaling (see `scale_by_adan`)."""
 
     name: ClassVar[str] = "scale_by_adan"
+    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
     b1: Any = hyperparam(0.98, check=decay_rate)
     b2: Any = hyperparam(0.92, check=decay_rate)
     b3: Any = hyperparam(0.99, check=decay_rate)

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.elementwise import Float16Check, warn_float16_statistics
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, non_negative, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.packed import reject_packed
@@ -48,6 +49,9 @@ class ScaleByFactoredRms(StackedTransform):
     """Scale by Adafactor's (factored) second-moment estimate (see `scale_by_factored_rms`)."""
 
     name: ClassVar[str] = "scale_by_factored_rms"
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("v_row", "v_col", "v"), "the second moments", "v_dtype"
+    )
     factored: bool = static(True)
     decay_rate: Any = hyperparam(0.8)
     step_offset: Any = field(default=0, converter=as_int)
@@ -55,6 +59,7 @@ class ScaleByFactoredRms(StackedTransform):
     epsilon: Any = hyperparam(1e-30, check=non_negative)
     decay_rate_fn: Any = static(None)
     stacked: Any = static((), converter=as_stacked)
+    v_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """`v_row`, `v_col` (factored paths), `v` (the others) and every path's `count`."""
@@ -78,18 +83,20 @@ class ScaleByFactoredRms(StackedTransform):
         reject_packed(
             params, self.name, "keeps factored moments whose shapes differ from the params'"
         )
+        warn_float16_statistics(self, params)
         return super().init(params)
 
     def init_group_leaf(self, param: Any, names: tuple[str, ...]) -> dict[str, Any]:
-        """Zeros in the param's dtype: `v` like the param, or the reduced `v_row`, `v_col`."""
+        """Zeros in `v_dtype`: `v` like the param, or the reduced `v_row`, `v_col`."""
         count = jnp.zeros((), jnp.int32)
         if "v" in names:
-            return {"v": zeros_for(param), "count": count}
+            return {"v": zeros_for(param, self.v_dtype), "count": count}
         shape = tuple(param.shape)
         d1, d0 = self._dims(shape)
+        dtype = param.dtype if self.v_dtype is None else self.v_dtype
         return {
-            "v_row": jnp.zeros(_without(shape, d0), param.dtype),
-            "v_col": jnp.zeros(_without(shape, d1), param.dtype),
+            "v_row": jnp.zeros(_without(shape, d0), dtype),
+            "v_col": jnp.zeros(_without(shape, d1), dtype),
             "count": count,
         }
 
@@ -144,6 +151,7 @@ def scale_by_factored_rms(
     decay_rate_fn: Callable[[Any, Any], Any] | None = None,
     *,
     stacked: Any = None,
+    v_dtype: Any = None,
 ) -> ScaleByFactoredRms:
     r"""Scale updates by Adafactor's factored estimate of the gradients' root mean square.
 
@@ -175,11 +183,13 @@ def scale_by_factored_rms(
         stacked: `{selector: n}`: selected leaves are stacks of independent arrays along their
             first `n` axes; each slice is factored (or not) by its own shape, exactly as
             separate leaves, and its moments are stacked the same way.
+        v_dtype: dtype of `v_row`, `v_col` and `v` (default: the parameter's dtype; float16
+            params need float32 here, since squared gradients underflow in float16).
 
     State:
         `v_row/<path>` and `v_col/<path>` (the array's shape without axis $d_0$, resp. $d_1$)
-        for factored paths, `v/<path>` (the param's shape) for the others, all in the param's
-        dtype; `count/<path>` an int32 scalar.
+        for factored paths, `v/<path>` (the param's shape) for the others, all in `v_dtype`;
+        `count/<path>` an int32 scalar.
 
     Examples:
         >>> tx = gradtx.scale_by_factored_rms(min_dim_size_to_factor=2)
@@ -202,4 +212,5 @@ def scale_by_factored_rms(
         epsilon,
         decay_rate_fn,
         stacked,
+        v_dtype,
     )

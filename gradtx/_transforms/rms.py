@@ -7,10 +7,11 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
+from gradtx._transforms.adam import SECOND_MOMENT
 
 __all__ = ["scale_by_rms", "scale_by_stddev"]
 
@@ -30,6 +31,7 @@ class _MovingSquares(ElementwiseTransform):
     eps_in_sqrt: bool = static(True)
     bias_correction: bool = static(False)
     centered: ClassVar[bool] = False
+    float16_check: ClassVar[Float16Check] = SECOND_MOMENT  # both subclasses have `nu_dtype`
 
     def state_keys(self) -> tuple[str, ...]:
         """`mu` when centered, `nu`, and the path's step `count` with bias correction."""

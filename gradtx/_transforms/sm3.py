@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
-from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
+from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.update_layout import whole
 from gradtx._layouts.packed import reject_packed
 
@@ -54,9 +54,13 @@ class ScaleBySm3(ElementwiseTransform):
 
     name: ClassVar[str] = "scale_by_sm3"
     per_leaf_structure: ClassVar[bool] = True
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("v",), "the accumulators of squared gradients", "v_dtype"
+    )
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(1.0)  # 1.0: a running maximum with no decay (the paper's SM3)
     eps: Any = hyperparam(1e-8, check=non_negative)
+    v_dtype: Any = static(None, converter=dtype_or_none)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu` and the cover-set accumulators `v`."""
@@ -68,11 +72,12 @@ class ScaleBySm3(ElementwiseTransform):
         return super().init(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
-        """A zero momentum like the param and zero accumulators, in the param's dtype."""
+        """A zero momentum like the param and zero accumulators (in `v_dtype`)."""
         shape = tuple(param.shape)
+        v_dtype = param.dtype if self.v_dtype is None else self.v_dtype
         return {
             "mu": zeros_for(param),
-            "v": jnp.zeros(accumulator_size(shape), param.dtype),
+            "v": jnp.zeros(accumulator_size(shape), v_dtype),
         }
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -107,7 +112,9 @@ def _smallest(parts: list[Any]) -> Any:
     return out
 
 
-def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8) -> ScaleBySm3:
+def scale_by_sm3(
+    b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8, *, v_dtype: Any = None
+) -> ScaleBySm3:
     r"""Rescale updates by SM3's memory-efficient second moments, then take their momentum.
 
     SM3 (Anil et al., 2019) keeps one accumulator per *cover set* instead of one per element:
@@ -133,11 +140,13 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8) -> ScaleBy
         b1: decay of the momentum $m$.
         b2: decay of the accumulators (1: plain sums, SM3 as published).
         eps: added to $a_t$ under the square root.
+        v_dtype: dtype of the accumulators `v` (default: the parameter's dtype; float16
+            params need float32 here, since squared gradients underflow in float16).
 
     State:
-        `mu/<path>` shaped like the parameter; `v/<path>` the accumulators, shape
-        `(sum(param.shape),)` (axis 0's first, then axis 1's, ...; shape `()` for a scalar),
-        both in the parameter's dtype.
+        `mu/<path>` shaped like the parameter, in the parameter's dtype; `v/<path>` the
+        accumulators, shape `(sum(param.shape),)` (axis 0's first, then axis 1's, ...; shape
+        `()` for a scalar), in `v_dtype`.
 
     Examples:
         >>> tx = gradtx.scale_by_sm3(b1=0.0)
@@ -155,4 +164,4 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8) -> ScaleBy
     References:
         Anil et al., "Memory-Efficient Adaptive Optimization", NeurIPS 2019.
     """
-    return ScaleBySm3(b1, b2, eps)
+    return ScaleBySm3(b1, b2, eps, v_dtype)
