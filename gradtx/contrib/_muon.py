@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.elementwise import (
+    ElementwiseTransform,
+    Float16Check,
+    _traced_once,
+    hyperparam_at,
+    warn_float16_statistics,
+)
 from gradtx._core.lift import (
     as_stored,
     compute_dtype,
@@ -49,6 +57,9 @@ NS_COEFFS_PRESETS = {
     ),
 }
 _HIGHEST = jax.lax.Precision.HIGHEST
+# A matrix's own axes: rows are the reduction (input) axis, columns the output axis.
+Axes = tuple[tuple[int, ...], tuple[int, ...]]
+MATRIX: Axes = ((0,), (1,))
 
 
 def _optional_selector(mask: Any, name: str) -> Any:
@@ -128,6 +139,173 @@ def orthogonalize_via_newton_schulz(
     return y.T if transposed else y
 
 
+def _axis_list(value: Any) -> tuple[int, ...] | None:
+    """An axis or a sequence of axes as a tuple of ints, or None if it is neither."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return (int(value),)
+    if isinstance(value, (tuple, list)) and value:
+        if all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in value):
+            return tuple(int(a) for a in value)
+    return None
+
+
+def _as_pair(value: Any) -> Axes | None:
+    """`(reduction axes, output axes)` from a pair or a `MuonDimensionNumbers`, else None."""
+    if hasattr(value, "reduction_axis") and hasattr(value, "output_axis"):
+        parts: Any = (value.reduction_axis, value.output_axis)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        parts = value
+    else:
+        return None
+    reduction, output = _axis_list(parts[0]), _axis_list(parts[1])
+    return None if reduction is None or output is None else (reduction, output)
+
+
+def _dimension_numbers(value: Any, name: str) -> Any:
+    """None, one `(reduction, output)` pair, or `((selector, pair), ...)` from a mapping."""
+    short = name.rsplit(".", 1)[-1]
+    if value is None:
+        return None
+    pair = _as_pair(value)
+    if pair is not None:
+        return pair
+    if isinstance(value, Mapping):
+        out = []
+        for selector, dims in value.items():
+            pair = _as_pair(dims)
+            if pair is None:
+                raise TypeError(
+                    f"`{short}`: the selector {selector!r} maps to {dims!r}; give a pair "
+                    "(reduction_axis, output_axis), each an axis or a tuple of axes "
+                    "(optax.contrib.MuonDimensionNumbers is one)."
+                )
+            out.append((as_selector(selector, short), pair))
+        return tuple(out) or None
+    raise TypeError(
+        f"`{short}` must be None, a pair (reduction_axis, output_axis) for every selected "
+        f"leaf of more than 2 dimensions, or a dict {{selector: pair}}, got {value!r}"
+    )
+
+
+def _checked_axes(pair: Axes, shape: tuple[int, ...], path: str, owner: str, argument: str) -> Axes:
+    """The pair's axes made non-negative, after checking them against the leaf's shape."""
+    ndim = len(shape)
+    for axis in pair[0] + pair[1]:
+        if not -ndim <= axis < ndim:
+            raise ValueError(
+                f"{owner}: `{argument}` gives the parameter at {path!r} (shape {shape}) the "
+                f"axes {pair}, but it has no axis {axis}."
+            )
+    reduction = tuple(a % ndim for a in pair[0])
+    output = tuple(a % ndim for a in pair[1])
+    named = reduction + output
+    if len(set(named)) != len(named):
+        raise ValueError(
+            f"{owner}: `{argument}` gives the parameter at {path!r} (shape {shape}) the "
+            f"reduction axes {reduction} and the output axes {output}, which repeat an axis."
+        )
+    return reduction, output
+
+
+def _muon_leaves(
+    tree: Any,
+    mask: Any,
+    mask_argument: str,
+    dims: Any,
+    dims_argument: str,
+    owner: str,
+    strict: bool,
+) -> dict[str, Axes]:
+    """`{path: (reduction axes, output axes)}` of the leaves that take Muon steps.
+
+    `mask` selects the candidates (default: every leaf). A 2-D candidate is a matrix of its
+    own axes unless `dims` says otherwise; a candidate of more than 2 dimensions needs its
+    axes from `dims` (without them it is left to Adam when `mask` is `None`, and an error
+    when `mask` selected it). A complex leaf is its real view, so never a matrix.
+    """
+    paths, leaves, _ = flatten(tree)
+    real = {
+        p: tuple(np.shape(x)) for p, x in zip(paths, leaves) if x is not None and not is_complex(x)
+    }
+    if mask is None:
+        candidates = set(real)
+    else:
+        candidates = set(select(tree, mask, strict=strict, argument=mask_argument)) & set(real)
+    given: dict[str, Axes] = {}
+    if dims is not None and isinstance(dims[0][0], int):  # one pair for every leaf of 3+ dims
+        given = {p: dims for p in candidates if len(real[p]) > 2}
+    elif dims is not None:
+        for selector, pair in dims:
+            for p in select(tree, selector, strict=strict, argument=dims_argument):
+                if p in given:
+                    raise ValueError(
+                        f"{owner}: `{dims_argument}` gives the path {p!r} two entries; each "
+                        "path may match one selector at most."
+                    )
+                if p not in real or len(real[p]) < 2:
+                    shape = real.get(p, "complex")
+                    raise ValueError(
+                        f"{owner}: `{dims_argument}` gives axes to the parameter at {p!r} "
+                        f"({shape}), but Muon orthogonalises real arrays of at least 2 "
+                        "dimensions; leave it out."
+                    )
+                if p not in candidates:
+                    raise ValueError(
+                        f"{owner}: `{dims_argument}` gives axes to the parameter at {p!r}, "
+                        f"which `{mask_argument}` does not select; select it or leave it out."
+                    )
+                given[p] = pair
+    out: dict[str, Axes] = {}
+    for p in paths:
+        if p not in candidates:
+            continue
+        shape = real[p]
+        if p in given:
+            out[p] = _checked_axes(given[p], shape, p, owner, dims_argument)
+        elif len(shape) == 2:
+            out[p] = MATRIX
+        elif len(shape) > 2 and mask is not None:
+            raise ValueError(
+                f"{owner}: `{mask_argument}` selects the parameter at {p!r} of shape {shape}, "
+                f"which is not a matrix. Say which axes form its matrix with "
+                f"`{dims_argument}={{{p!r}: (reduction_axis, output_axis)}}` (for a "
+                "convolution kernel in JAX's HWIO layout, `((0, 1, 2), 3)`; the other axes "
+                f"are batch axes, each slice orthogonalised alone), or leave it out of "
+                f"`{mask_argument}`."
+            )
+    return out
+
+
+def _by_axes(leaves: dict[str, Axes]) -> dict[Axes, set[str]]:
+    grouped: dict[Axes, set[str]] = {}
+    for path, axes in leaves.items():
+        grouped.setdefault(axes, set()).add(path)
+    return grouped
+
+
+def _orthogonalize_along(x: Any, axes: Axes, ns_coeffs: Any, ns_steps: int, eps: Any) -> Any:
+    """`x` orthogonalised as matrices: rows the reduction axes, columns the output axes.
+
+    The other axes are batch axes: each of their slices is orthogonalised alone.
+    """
+    reduction, output = axes
+    if x.ndim == 2 and axes == MATRIX:
+        return orthogonalize_via_newton_schulz(x, ns_coeffs, ns_steps, eps)
+    batch = tuple(a for a in range(x.ndim) if a not in reduction + output)
+    order = batch + reduction + output
+    size = [math.prod(x.shape[a] for a in part) for part in (batch, reduction, output)]
+    matrices = jnp.transpose(whole(x), order).reshape(size)
+    done = jax.vmap(lambda m: orthogonalize_via_newton_schulz(m, ns_coeffs, ns_steps, eps))(
+        matrices
+    )
+    return jnp.transpose(done.reshape([x.shape[a] for a in order]), np.argsort(order))
+
+
+def _fans(shape: tuple[int, ...], axes: Axes) -> tuple[int, int]:
+    """`(fan_in, fan_out)`: the sizes of the reduction and of the output axes."""
+    return math.prod(shape[a] for a in axes[0]), math.prod(shape[a] for a in axes[1])
+
+
 def _momentum(g: Any, slots: dict, beta: Any, nesterov: bool) -> tuple[Any, dict, Any]:
     """Bias-corrected (Nesterov) momentum of one array, in at least float32."""
     dtype = compute_dtype(g, slots["mu"])
@@ -145,26 +323,12 @@ def _momentum(g: Any, slots: dict, beta: Any, nesterov: bool) -> tuple[Any, dict
 class _MuonMath:
     """The Muon direction of one matrix: orthogonalised momentum (shared by both APIs)."""
 
-    def muon_direction(self: Any, g: Any, slots: dict) -> tuple[Any, dict]:
+    def muon_direction(self: Any, g: Any, slots: dict, axes: Axes = MATRIX) -> tuple[Any, dict]:
         mu_hat, new, _ = _momentum(g, slots, self.beta, self.nesterov)
-        u = orthogonalize_via_newton_schulz(mu_hat, self.ns_coeffs, self.ns_steps, self.eps)
+        u = _orthogonalize_along(mu_hat, axes, self.ns_coeffs, self.ns_steps, self.eps)
         if self.adaptive:
             u = jnp.sum(mu_hat * u) * u
         return u, new
-
-
-def _matrix_paths(tree: Any, mask: Any, argument: str, strict: bool) -> set[str]:
-    """The 2-D leaves among the paths `mask` selects (default: every 2-D leaf).
-
-    A complex leaf is its real view, of one more dimension (pairs of reals), so never a matrix.
-    """
-    paths, leaves, _ = flatten(tree)
-    matrices = {
-        p for p, x in zip(paths, leaves) if x is not None and np.ndim(x) == 2 and not is_complex(x)
-    }
-    if mask is None:
-        return matrices
-    return matrices & set(select(tree, mask, strict=strict, argument=argument))
 
 
 class ScaleByMuon(_MuonMath, ElementwiseTransform):
@@ -180,10 +344,17 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
     nesterov: bool = static(True)
     adaptive: bool = static(False)
     mask: Any = static(None, converter=_optional_selector)
+    weight_dimension_numbers: Any = static(None, converter=_dimension_numbers)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu` and the step `count` of each selected matrix."""
         return ("mu", "count")
+
+    def _leaves(self, tree: Any, strict: bool) -> dict[str, Axes]:
+        dims = self.weight_dimension_numbers
+        return _muon_leaves(
+            tree, self.mask, "mask", dims, "weight_dimension_numbers", self.name, strict
+        )
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero momentum (in `mu_dtype`, default the param's dtype) and count 0."""
@@ -192,18 +363,35 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
     def init(self, params: Any) -> dict:
         """Slots for the selected matrices only (packed params are refused)."""
         reject_packed(params, self.name, "orthogonalises each matrix on its own")
-        where = _matrix_paths(params, self.mask, "mask", strict=True)
+        where = set(self._leaves(params, strict=True))
         return init_slots(params, self.init_leaf, self.state_keys(), where=where)
 
     def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
         """The selected matrices among the present paths; others pass through unchanged."""
         tree = updates if params is None else params
-        return _matrix_paths(tree, self.mask, "mask", strict=False)
+        return set(self._leaves(tree, strict=False))
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        """Momentum, bias correction, then Newton-Schulz orthogonalisation."""
+        """Momentum, bias correction, then Newton-Schulz orthogonalisation of a matrix."""
         u, new = self.muon_direction(g, slots)
         return u, new
+
+    def transform_slots(self, updates: Any, slots: dict, params: Any) -> tuple[Any, dict]:
+        """The Muon step of every selected path, along its matrix axes."""
+        tree = updates if params is None else params
+        for axes, paths in _by_axes(self._leaves(tree, strict=False)).items():
+            # Plain matrices take `update_leaf`, traced once per leaf signature.
+            leaf = _traced_once(self) if axes == MATRIX else self._along(axes)
+            updates, slots = update_slots(
+                leaf, updates, slots, params, owner=self.name, where=paths, per_leaf=True
+            )
+        return updates, slots
+
+    def _along(self, axes: Axes) -> Any:
+        def leaf(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+            return self.muon_direction(g, slots, axes)
+
+        return leaf
 
 
 def scale_by_muon(
@@ -216,6 +404,7 @@ def scale_by_muon(
     nesterov: bool = True,
     adaptive: bool = False,
     mask: Any = None,
+    weight_dimension_numbers: Any = None,
 ) -> ScaleByMuon:
     r"""Replace the update of each selected matrix by its orthogonalised momentum.
 
@@ -233,6 +422,14 @@ def scale_by_muon(
     matrix, so packed params are refused. Paths the mask does not select pass through
     unchanged and keep no state; `muon` sends them to Adam instead.
 
+    A leaf of more than 2 dimensions (a convolution kernel) is orthogonalised as matrices
+    once `weight_dimension_numbers` names its axes, as optax's `MuonDimensionNumbers` do: a
+    pair `(reduction_axis, output_axis)`, each an axis or a tuple of axes. The reduction axes
+    form the rows and the output axes the columns of each matrix; every other axis is a batch
+    axis, whose slices are orthogonalised one by one. JAX's convolution kernels are HWIO, so
+    `((0, 1, 2), 3)` orthogonalises each kernel as one `(H*W*I, O)` matrix, and `(2, 3)` each
+    spatial tap's `(I, O)` matrix.
+
     Args:
         ns_coeffs: the Newton-Schulz coefficients $(a, b, c)$, a tuple of triples (one per
             iteration), or a preset name (`"standard"`, `"dion"`).
@@ -242,8 +439,14 @@ def scale_by_muon(
         mu_dtype: dtype of `mu` (default: the parameter's dtype).
         nesterov: use Nesterov momentum.
         adaptive: scale by the dual norm $\langle \hat m, \operatorname{NS}(\hat m)\rangle$.
-        mask: selector of the paths to orthogonalise; of those, the 2-D leaves are
-            transformed (default: every 2-D leaf).
+        mask: selector of the paths to orthogonalise: the 2-D leaves among them, and those
+            of more than 2 dimensions that `weight_dimension_numbers` gives axes (default:
+            every 2-D leaf). Selecting a leaf of more than 2 dimensions without axes is an
+            error.
+        weight_dimension_numbers: the matrix axes of leaves of more than 2 dimensions: one
+            pair `(reduction_axis, output_axis)` (or `optax.contrib.MuonDimensionNumbers`)
+            for all of them, or `{selector: pair}` by path (a 2-D leaf may be given one
+            too); default none.
 
     State:
         `mu/<path>` shaped like the matrix and `count/<path>` (int32), for selected paths.
@@ -263,7 +466,15 @@ def scale_by_muon(
         Norm: An Anthology", 2024.
     """
     return ScaleByMuon(
-        _ns_coeffs(ns_coeffs), int(ns_steps), beta, eps, mu_dtype, nesterov, adaptive, mask
+        _ns_coeffs(ns_coeffs),
+        int(ns_steps),
+        beta,
+        eps,
+        mu_dtype,
+        nesterov,
+        adaptive,
+        mask,
+        weight_dimension_numbers,
     )
 
 
@@ -271,6 +482,8 @@ class Muon(_MuonMath, ElementwiseTransform):
     """Muon for the selected matrices, AdamW for the other paths (see `muon`)."""
 
     name: ClassVar[str] = "muon"
+    # Adam's second moment of the other paths follows the parameter's dtype.
+    float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "Adam's second moment", None)
     needs_params: ClassVar[bool] = True
     per_leaf_structure: ClassVar[bool] = True
     learning_rate: Any = hyperparam(required=True)
@@ -290,6 +503,7 @@ class Muon(_MuonMath, ElementwiseTransform):
     adam_learning_rate: Any = hyperparam(None)
     muon_mask: Any = static(None, converter=_optional_selector)
     consistent_rms: Any = hyperparam(None)
+    muon_weight_dimension_numbers: Any = static(None, converter=_dimension_numbers)
 
     def state_keys(self) -> tuple[str, ...]:
         """`mu` and `count` for every path, `nu` for the Adam paths."""
@@ -301,39 +515,48 @@ class Muon(_MuonMath, ElementwiseTransform):
             self.nesterov,
         )  # fmt: skip
 
-    def _groups(self, tree: Any, strict: bool) -> tuple[set, set, set]:
-        """(decayed matrices, other matrices, Adam paths) among the present paths."""
+    def _groups(self, tree: Any, strict: bool) -> tuple[dict[str, Axes], set, set]:
+        """(matrix axes of the Muon paths, decayed Muon paths, Adam paths) among the present."""
         paths, leaves, _ = flatten(tree)
         present = {p for p, x in zip(paths, leaves) if x is not None}
-        matrices = _matrix_paths(tree, self.muon_mask, "muon_mask", strict)
+        matrices = _muon_leaves(
+            tree,
+            self.muon_mask,
+            "muon_mask",
+            self.muon_weight_dimension_numbers,
+            "muon_weight_dimension_numbers",
+            self.name,
+            strict,
+        )
         if self.weight_decay_mask is None:
             decayed = set(matrices)
         else:
             chosen = select(
                 tree, self.weight_decay_mask, strict=strict, argument="weight_decay_mask"
             )
-            decayed = matrices & set(chosen)
-        return decayed, matrices - decayed, present - matrices
+            decayed = set(matrices) & set(chosen)
+        return matrices, decayed, present - set(matrices)
 
     def init(self, params: Any) -> dict:
         """`mu`/`count` for every path and `nu` for the Adam paths (packed params refused)."""
         reject_packed(params, self.name, "splits the params into matrices and other leaves")
-        decayed, plain, adam = self._groups(params, strict=True)
-        matrices = init_slots(
+        matrices, _, adam = self._groups(params, strict=True)
+        warn_float16_statistics(self, params, adam)
+        muon_slots = init_slots(
             params,
             lambda p: {"mu": zeros_for(p, self.mu_dtype), "count": jnp.zeros((), jnp.int32)},
             ("mu", "count"),
-            where=decayed | plain,
+            where=set(matrices),
         )
         others = init_slots(params, self._adam().init_leaf, ("mu", "nu", "count"), where=adam)
         return {
-            "mu": {**matrices["mu"], **others["mu"]},
+            "mu": {**muon_slots["mu"], **others["mu"]},
             "nu": others["nu"],
-            "count": {**matrices["count"], **others["count"]},
+            "count": {**muon_slots["count"], **others["count"]},
         }
 
-    def _shape_factor(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        fan_in, fan_out = shape
+    def _shape_factor(self, shape: tuple[int, ...], axes: Axes, dtype: Any) -> Any:
+        fan_in, fan_out = _fans(shape, axes)
         if self.consistent_rms is None:
             return jnp.asarray(np.sqrt(max(1.0, fan_out / fan_in)), dtype)
         return jnp.asarray(np.sqrt(max(fan_in, fan_out)), dtype) * self.consistent_rms.astype(dtype)
@@ -345,13 +568,13 @@ class Muon(_MuonMath, ElementwiseTransform):
             raise ValueError(
                 f"{self.name} needs the params: call `tx.update(updates, state, params)`."
             )
-        decayed, plain, adam = self._groups(params, strict=False)
+        matrices, decayed, adam = self._groups(params, strict=False)
         adam_lr = self.learning_rate if self.adam_learning_rate is None else self.adam_learning_rate
 
-        def matrix_step(decay: bool) -> Any:
+        def matrix_step(decay: bool, axes: Axes) -> Any:
             def leaf(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-                u, new = self.muon_direction(g, slots)
-                u = u * self._shape_factor(g.shape, u.dtype)
+                u, new = self.muon_direction(g, slots, axes)
+                u = u * self._shape_factor(g.shape, axes, u.dtype)
                 if decay:
                     u = u + self.weight_decay.astype(u.dtype) * param.astype(u.dtype)
                 lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
@@ -369,12 +592,19 @@ class Muon(_MuonMath, ElementwiseTransform):
         mu, count = state["mu"], state["count"]
         matrix_slots = {"mu": mu, "count": count}
         out = updates
-        for where, fn in ((decayed, matrix_step(True)), (plain, matrix_step(False))):
-            if where:
-                out, changed = update_slots(
-                    fn, out, matrix_slots, params, owner=self.name, where=where, per_leaf=True
-                )
-                matrix_slots = changed
+        for axes, paths in _by_axes(matrices).items():
+            for decay in (True, False):
+                where = paths & decayed if decay else paths - decayed
+                if where:
+                    out, matrix_slots = update_slots(
+                        matrix_step(decay, axes),
+                        out,
+                        matrix_slots,
+                        params,
+                        owner=self.name,
+                        where=where,
+                        per_leaf=True,
+                    )
         adam_slots = {"mu": matrix_slots["mu"], "nu": state["nu"], "count": matrix_slots["count"]}
         if adam:
             out, adam_slots = update_slots(
@@ -402,6 +632,7 @@ def muon(
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_mask: Any = None,
     consistent_rms: float | None = None,
+    muon_weight_dimension_numbers: Any = None,
 ) -> Muon:
     r"""Muon: orthogonalised momentum for matrices, AdamW for every other parameter.
 
@@ -419,6 +650,12 @@ def muon(
     evaluated at each path's step count. Packed params are refused (the split and the
     orthogonalisation are per matrix).
 
+    Leaves of more than 2 dimensions take Adam steps unless `muon_weight_dimension_numbers`
+    gives their matrix axes (as optax's; see `scale_by_muon`): a convolution kernel in JAX's
+    HWIO layout with `((0, 1, 2), 3)` is one matrix of $n_{in} = H W I$ rows and
+    $n_{out} = O$ columns, which also give the scale $s$. `muon_mask` selecting such a
+    leaf without its axes is an error.
+
     Args:
         learning_rate: the learning rate of the matrices (a number or a schedule).
         ns_coeffs: the Newton-Schulz coefficients, a tuple of triples, or a preset name.
@@ -435,10 +672,14 @@ def muon(
         adam_eps_root: added inside Adam's square root.
         adam_weight_decay: decoupled decay of the Adam paths.
         adam_learning_rate: the learning rate of the Adam paths (default: `learning_rate`).
-        muon_mask: selector of the paths for Muon; the 2-D leaves among them take Muon steps
-            (default: every 2-D leaf), all other leaves take Adam steps.
+        muon_mask: selector of the paths for Muon; the 2-D leaves among them and those given
+            axes by `muon_weight_dimension_numbers` take Muon steps (default: every 2-D leaf),
+            all other leaves take Adam steps.
         consistent_rms: $\rho$ for shape-independent update sizes (0.2 matches AdamW's), or
             `None` for the width scaling $\sqrt{\max(1, n_{out}/n_{in})}$.
+        muon_weight_dimension_numbers: the matrix axes of leaves of more than 2 dimensions
+            (a pair `(reduction_axis, output_axis)` for all of them, or `{selector: pair}`),
+            which then take Muon steps (see `scale_by_muon`).
 
     State:
         `mu/<path>` and `count/<path>` for every path; `nu/<path>` for the Adam paths.
@@ -449,6 +690,10 @@ def muon(
         >>> sorted(gradtx.state_dict(tx.init(params)))
         ['count/b', 'count/w', 'mu/b', 'mu/w', 'nu/b']
         >>> tx = gradtx.contrib.muon(0.02, muon_mask="!head/**")  # the head's matrix: Adam
+        >>> conv = {"conv": jnp.ones((3, 3, 4, 8)), "b": jnp.zeros(8)}  # an HWIO kernel
+        >>> tx = gradtx.contrib.muon(0.02, muon_weight_dimension_numbers={"conv": ((0, 1, 2), 3)})
+        >>> sorted(gradtx.state_dict(tx.init(conv)))
+        ['count/b', 'count/conv', 'mu/b', 'mu/conv', 'nu/b']
 
     References:
         Jordan et al., "Muon: An optimizer for hidden layers in neural networks", 2024
@@ -473,4 +718,5 @@ def muon(
         adam_learning_rate,
         muon_mask,
         consistent_rms,
+        muon_weight_dimension_numbers,
     )
