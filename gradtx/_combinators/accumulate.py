@@ -245,7 +245,11 @@ class Accumulate(Transformation):
                 return g, {"acc": total}
 
             acc = {"acc": state["acc"]}
-            return update_slots(add, updates, acc, owner=self.name, where=acc_paths)[1]
+            # Only the new sums are used: the passed-through gradients must not count as
+            # updates that read the accumulators (which would widen them in a chain).
+            return update_slots(
+                add, updates, acc, owner=self.name, where=acc_paths, element_slots=()
+            )[1]
 
         if skip is None:
             micro_step = state["micro_step"] + jnp.int32(1)
@@ -269,14 +273,18 @@ class Accumulate(Transformation):
                 else:  # the calls this cycle accumulated (k, as it fires)
                     count = micro_step.astype(dtype)
                 averaged = averaged / count
-            return averaged, {}
+            # Rounded once to the gradient's dtype: the inner step sees a gradient like the
+            # ones it would be given without accumulation, so its updates have their dtype.
+            return averaged.astype(g.dtype), {}
 
         # The accumulators are summed and reset outside the cond, so that XLA writes them in
         # place: returned by a branch, they would be copied on every call. The cond says
         # whether to keep the sum, so that the reset reads the old accumulators after it.
         def step(inner_state: Any) -> tuple[Any, Any, Any]:
             # Frozen paths (no accumulator) pass their raw gradient: the inner zeroes them.
-            averaged, _ = update_slots(mean, updates, summed(), owner=self.name, where=acc_paths)
+            averaged, _ = update_slots(
+                mean, updates, summed(), owner=self.name, where=acc_paths, element_slots=()
+            )
             new_updates, new_inner = self.inner.update(averaged, inner_state, params, **extra)
             return new_updates, new_inner, jnp.bool_(False)
 
@@ -354,7 +362,10 @@ def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumul
     the paths of `tx.frozen_paths(params)` (parameters frozen inside `tx`) have none, and a
     frozen path's raw gradient is passed to `tx` (which zeroes it). A `None` gradient leaf adds
     nothing and leaves that path's accumulator and inner state as they are; every present path
-    takes its inner step on the $k$-th call. The mean is passed to `tx` in the gradient's dtype.
+    takes its inner step on the $k$-th call. The mean, summed in the accumulators' dtype, is
+    rounded once to the gradient's dtype and passed to `tx`, so the updates (and the zeros of
+    the other calls) have the dtype that `tx` gives them without accumulation: bfloat16 for
+    `adam` on bfloat16 params, float32 with float32 moments.
 
     `multi_steps` is the same with optax's options: $k$ as a schedule of the optimizer step,
     a predicate that skips micro-steps, and the sum instead of the mean.

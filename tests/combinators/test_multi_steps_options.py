@@ -346,3 +346,47 @@ def test_argument_errors():
     tx = gradtx.multi_steps(sgd, every_k_schedule=every_k)
     with pytest.raises(KeyError, match="gradient_step"):
         tx.update({"w": jnp.ones(1)}, {"micro_step": 0, "acc": {}, "inner": {}})
+
+
+# --- the updates have the inner optimizer's dtype --------------------------------------------
+
+INNER = {
+    "adam": lambda: gradtx.adam(0.1),
+    "adam-f32-mu": lambda: gradtx.adam(0.1, mu_dtype=jnp.float32),
+    "sgd": lambda: gradtx.sgd(0.1),
+    "clip-adam": lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1)),
+}
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("inner", sorted(INNER))
+def test_updates_have_the_inner_optimizers_dtype(inner, dtype, k):
+    """After k equal gradients the mean is that gradient, so the wrapper's updates equal the
+    inner optimizer's in value (within an ulp of the update's dtype: XLA may divide the sum by
+    k as a product with 1/k) and in dtype: bf16 for Adam on bf16 params (bf16 moments),
+    float32 with float32 moments. The zeros of the calls that take no step have that dtype
+    too, and so do the updates of an accumulating step inside a chain (the accumulators,
+    float32 for bf16 params, are not a state the updates read)."""
+    rtol = 2.0**-7 if dtype == jnp.bfloat16 else 1e-6
+    params = {"w": jnp.asarray([1.0, -2.0, 0.5], dtype), "b": jnp.zeros((), dtype)}
+    g = {"w": jnp.asarray([0.375, -1.25, 2.0], dtype), "b": jnp.asarray(-0.5, dtype)}
+    plain = INNER[inner]()
+    want, _ = plain.update(g, plain.init(params), params)
+    for tx in (
+        gradtx.multi_steps(INNER[inner](), every_k_schedule=k),
+        gradtx.accumulate(INNER[inner](), k),
+        gradtx.chain(gradtx.scale(1.0), gradtx.accumulate(INNER[inner](), k)),
+    ):
+        step = jax.jit(tx.update)
+        state = tx.init(params)
+        for call in range(k):
+            u, state = step(g, state, params)
+            for path in ("w", "b"):
+                assert u[path].dtype == want[path].dtype, (call, path, u[path].dtype)
+        for path in ("w", "b"):
+            np.testing.assert_allclose(
+                np.asarray(u[path], np.float32), np.asarray(want[path], np.float32), rtol=rtol
+            )
+    if dtype == jnp.bfloat16 and inner != "adam-f32-mu":
+        assert want["w"].dtype == jnp.bfloat16
