@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
@@ -15,7 +17,10 @@ from gradtx._core.protocol import (
     check_state_keys,
     own_hyperparams,
 )
-from gradtx._layouts.step_counts import next_count
+from gradtx._core.update_layout import like
+from gradtx._layouts.packed import reject_packed
+from gradtx._layouts.step_counts import StepCounts, next_count
+from gradtx._paths.paths import flatten, owning_path
 from gradtx._paths.subset import present_paths
 
 __all__ = ["Lookahead", "lookahead"]
@@ -29,9 +34,14 @@ class Lookahead(Transformation):
     sync_period: int = static()
     alpha: Any = hyperparam()
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
+    reset_state: bool = static(False)
 
     def __check__(self) -> None:
         check_count(self.sync_period, "lookahead: sync_period", 1)
+        if not isinstance(self.reset_state, bool):
+            raise TypeError(
+                f"lookahead: `reset_state` must be True or False, got {self.reset_state!r}"
+            )
 
     def state_keys(self) -> tuple[str, ...]:
         """The fast state `fast`, the gap `fast_minus_slow` and the step `count`."""
@@ -49,17 +59,26 @@ class Lookahead(Transformation):
 
     def init(self, params: Any) -> dict:
         """The fast state, a zero gap (the slow weights are the params) and zero counts."""
+        if self.reset_state:
+            reject_packed(
+                params, f"{self.name}(reset_state=True)", "restarts the fast state path by path"
+            )
 
         def leaf_init(param: Any) -> dict[str, Any]:
             gap = zeros_for(param, self.accumulator_dtype)
             return {"fast_minus_slow": gap, "count": jnp.zeros((), jnp.int32)}
 
-        slots = init_slots(params, leaf_init, ("fast_minus_slow", "count"))
+        slots = init_slots(params, leaf_init, ("fast_minus_slow", "count"), step_counts=("count",))
         return {"fast": self.fast.init(params), **slots}
 
     def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """A fast step; every `sync_period`-th step of a path, move it to the new slow weight."""
         check_state_keys(self.name, state, self.state_keys())
+        if self.reset_state and params is None:
+            raise ValueError(
+                f"{self.name}(reset_state=True) needs the params, to restart the fast state "
+                "from `fast.init(params)`: call `tx.update(updates, state, params)`."
+            )
         fast_updates, fast_state = self.fast.update(updates, state["fast"], params, **extra)
         keep = 1 - self.alpha
 
@@ -76,6 +95,12 @@ class Lookahead(Transformation):
 
         slots = {"fast_minus_slow": state["fast_minus_slow"], "count": state["count"]}
         new_updates, slots = update_slots(sync, fast_updates, slots, owner=self.name)
+        if self.reset_state:
+            synced = _synced(slots["count"], present_paths(fast_updates), self.sync_period)
+            with warnings.catch_warnings():  # `init`'s warnings were given at the user's own
+                warnings.simplefilter("ignore")
+                fresh = self.fast.init(params)
+            fast_state = _restart(fast_state, fresh, synced, set(present_paths(params)))
         return new_updates, {"fast": fast_state, **slots}
 
     def eval_params(self, state: dict, params: Any) -> Any:
@@ -115,8 +140,75 @@ class Lookahead(Transformation):
         ]  # in the params' own dtypes
 
 
+def _synced(counts: Any, present: list[str], period: int) -> dict[str, tuple[Any, Any]]:
+    """`{path: (group, synchronised)}` for the paths a step took, from their new counts.
+
+    Paths of one `group` (a shared count of `counts`) synchronise together.
+    """
+    out: dict[str, tuple[Any, Any]] = {}
+    flags: dict[Any, Any] = {}
+    for path in present:
+        if isinstance(counts, StepCounts):
+            group, count = counts.layout.index[path], counts[path]
+        else:
+            group, count = path, counts[path]
+        if group not in flags:
+            flags[group] = count % jnp.int32(period) == 0
+        out[path] = (group, flags[group])
+    return out
+
+
+def _restart(state: Any, fresh: Any, synced: dict[str, tuple[Any, Any]], paths: Any) -> Any:
+    """`state` with the entries of the synchronised paths taken from the `fresh` state.
+
+    An entry belongs to the parameter path that ends its key (`adam/mu/enc/w`: `enc/w`, among
+    `paths`); entries of no path (global scalars, injected hyperparameters) are kept.
+    """
+    if not synced:
+        return state
+    by_key = dict(zip(*flatten(fresh)[:2]))
+    keys, leaves, treedef = flatten(state)
+    out = []
+    for key, leaf in zip(keys, leaves):
+        new = by_key.get(key)
+        if isinstance(leaf, StepCounts) and isinstance(new, StepCounts):
+            leaf = _restart_counts(leaf, new, synced)
+        elif isinstance(leaf, jax.Array) and isinstance(new, jax.Array):
+            path = owning_path(key, paths)
+            if path in synced and new.shape == leaf.shape:
+                leaf = jnp.where(synced[path][1], like(new.astype(leaf.dtype), leaf), leaf)
+        out.append(leaf)
+    return treedef.unflatten(out)
+
+
+def _restart_counts(counts: StepCounts, fresh: StepCounts, synced: dict) -> StepCounts:
+    """`counts` with those of the synchronised paths taken from `fresh`.
+
+    A shared count restarts as one when its paths synchronise together (they share one count
+    of lookahead's too); otherwise the counts are kept one per path first.
+    """
+
+    def sources(paths: tuple[str, ...]) -> set:
+        return {synced[p][0] if p in synced else None for p in paths}
+
+    if any(len(sources(paths)) > 1 for paths in counts.layout.groups):
+        counts = counts.per_path()
+    values = []
+    for paths, value in zip(counts.layout.groups, counts.scalars):
+        first = paths[0]
+        if first in synced and first in fresh:
+            value = jnp.where(synced[first][1], fresh[first].astype(value.dtype), value)
+        values.append(value)
+    return StepCounts(counts.layout, values)
+
+
 def lookahead(
-    fast: Any, sync_period: int, alpha: float = 0.5, *, accumulator_dtype: Any = None
+    fast: Any,
+    sync_period: int,
+    alpha: float = 0.5,
+    *,
+    reset_state: bool = False,
+    accumulator_dtype: Any = None,
 ) -> Lookahead:
     r"""Lookahead: take fast steps, and every `sync_period` steps pull back to slow weights.
 
@@ -130,7 +222,11 @@ def lookahead(
 
     so after `apply_updates` the params are the new slow weights and the next $k$ fast steps
     start from them; at other steps $u'_t = u_t$. The fast transformation's state is kept
-    across synchronisations.
+    across synchronisations, unless `reset_state=True` (optax's option): then, at each
+    synchronisation, the fast state of the synchronised paths restarts from
+    `fast.init(params)` (`params` those given to this `update`), as `gradtx.reset` restarts
+    it: moments and step counts, a learning-rate schedule's count included, while entries of
+    no path (injected hyperparameters, global estimates) are kept.
 
     The state keeps the gap $\theta - \phi$ (the sum of the fast updates since the last
     synchronisation) rather than $\phi$ itself, so the update is computed from the fast
@@ -147,6 +243,8 @@ def lookahead(
         fast: the inner ("fast") transformation, for example `gradtx.adam(1e-3)`.
         sync_period: $k \ge 1$, the number of fast steps between synchronisations.
         alpha: the slow step size $\alpha$ (a float32 hyperparameter leaf).
+        reset_state: restart the fast state of each path when it synchronises (then
+            `update` needs the params; packed params are refused).
         accumulator_dtype: dtype of the gap (default: the parameter's dtype).
 
     State:
@@ -167,4 +265,4 @@ def lookahead(
     References:
         Zhang, Lucas, Hinton & Ba, "Lookahead Optimizer: k steps forward, 1 step back", 2019.
     """
-    return Lookahead(fast, sync_period, alpha, accumulator_dtype)
+    return Lookahead(fast, sync_period, alpha, accumulator_dtype, reset_state)
