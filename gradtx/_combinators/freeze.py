@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._combinators.masked import selection, strictly
+from gradtx._combinators.masked import selection
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._paths.paths import is_unit
@@ -42,12 +42,7 @@ class Freeze(Transformation):
     def _frozen(self, params: Any, updates: Any, strict: bool) -> frozenset[str]:
         tree = updates if params is None else params
         if strict:
-            chosen = frozenset(
-                strictly(
-                    lambda t, s: select(t, self.where, strict=s, argument=self._argument()),
-                    tree,
-                )
-            )
+            chosen = frozenset(select(tree, self.where, argument=self._argument()))
         else:
             chosen = selection(params, updates, self.where, self._argument())
         if not self.invert:
@@ -108,7 +103,37 @@ class Freeze(Transformation):
         return out
 
 
-def freeze(inner: Any, where: Any, *, name: str = "freeze") -> Freeze:
+def _checked(inner: Any, where: Any, name: str, what: str) -> tuple[Any, Any]:
+    """`(inner as a transformation, where as a selector)`, or an error saying what to write.
+
+    optax's `freeze(mask)` takes only the mask (and zeroes those updates inside a chain);
+    here the optimizer of the trainable paths comes first.
+    """
+    if not (callable(getattr(inner, "init", None)) and callable(getattr(inner, "update", None))):
+        example = repr(inner) if isinstance(inner, str) else '"enc/**"'
+        optax_form = (
+            " For optax's `freeze(mask)`, which sits in a chain beside the optimizer, wrap the "
+            "optimizer instead (`gradtx.freeze(tx, mask)`), or give the frozen paths "
+            '`gradtx.set_to_zero()` in a `partition({"train": tx, "frozen": '
+            "gradtx.set_to_zero()}, labels)`."
+            if what == "trainable"
+            else ""
+        )
+        raise TypeError(
+            f"{name}(inner, where): `inner` must be the optimizer of the {what} paths, got "
+            f"{type(inner).__name__} {inner!r}. gradtx's {name} wraps an optimizer and takes "
+            f"the selector second: `gradtx.{name}(gradtx.adamw(1e-3), {example})`.{optax_form}"
+        )
+    if where is None:
+        raise TypeError(
+            f"{name}(inner, where): `where` is missing: pass a selector of the paths to "
+            f"{'freeze' if what == 'trainable' else 'train'} (see `gradtx.paths`), for "
+            f'example `gradtx.{name}(tx, "enc/**")`.'
+        )
+    return as_transformation(inner, f"{name}(inner)"), as_selector(where, f"{name}(where=...)")
+
+
+def freeze(inner: Any, where: Any = None, *, name: str = "freeze") -> Freeze:
     """Freeze the selected paths: exactly zero update, no optimizer state, no weight decay.
 
     `inner` runs on the other (trainable) paths only and never sees the frozen ones, so they
@@ -119,7 +144,9 @@ def freeze(inner: Any, where: Any, *, name: str = "freeze") -> Freeze:
     Args:
         inner: the optimizer of the trainable paths.
         where: a selector of the paths to freeze (see `gradtx.paths`); one that selects nothing
-            raises at `init`.
+            raises at `init`, as does a glob of it, including or excluding, that matches no
+            path. Passing the selector alone (optax's `freeze(mask)`) raises, showing this
+            form.
         name: the key of this step's state inside a chain.
 
     Returns:
@@ -134,11 +161,11 @@ def freeze(inner: Any, where: Any, *, name: str = "freeze") -> Freeze:
         >>> u["encoder"]["w"]
         Array([0., 0.], dtype=float32)
     """
-    inner = as_transformation(inner, f"{name}(inner)")
-    return Freeze(inner, as_selector(where, f"{name}(where=...)"), False, name)
+    inner, where = _checked(inner, where, name, "trainable")
+    return Freeze(inner, where, False, name)
 
 
-def trainable(inner: Any, where: Any, *, name: str = "trainable") -> Freeze:
+def trainable(inner: Any, where: Any = None, *, name: str = "trainable") -> Freeze:
     """Train only the selected paths with `inner`; freeze every other path (see `freeze`).
 
     Args:
@@ -152,8 +179,8 @@ def trainable(inner: Any, where: Any, *, name: str = "trainable") -> Freeze:
         >>> list(gradtx.state_dict(tx.init(params)))
         ['trace/head']
     """
-    inner = as_transformation(inner, f"{name}(inner)")
-    return Freeze(inner, as_selector(where, f"{name}(where=...)"), True, name)
+    inner, where = _checked(inner, where, name, "selected")
+    return Freeze(inner, where, True, name)
 
 
 def selective_transform(optimizer: Any, *, freeze_mask: Any) -> Freeze:

@@ -2,45 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import jax
-import jax.numpy as jnp
+from typing import Any
 
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, as_transformation
-from gradtx._paths.paths import flatten
-from gradtx._paths.selectors import SelectorError, as_selector, select
+from gradtx._paths.paths import DuplicatePathError, flatten
+from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import any_present, merge_by_path, restrict
 
-__all__ = ["Masked", "masked", "selection", "strictly"]
-
-T = TypeVar("T")
+__all__ = ["Masked", "masked", "masked_extra", "selection"]
 
 
-def _with_placeholders(tree: Any) -> Any:
-    """`tree` with its `None` leaves replaced by float32 scalars' shapes."""
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((), jnp.float32) if x is None else x,
-        tree,
-        is_leaf=lambda x: x is None,
-    )
+def masked_extra(
+    extra: dict[str, Any], updates: Any, chosen: frozenset[str], owner: str
+) -> dict[str, Any]:
+    """`extra` with each argument shaped like `updates` (the same paths) restricted to `chosen`.
 
-
-def strictly(resolve: Callable[[Any, bool], T], tree: Any) -> T:
-    """`resolve(tree, strict=True)`, lenient for groups emptied by an outer combinator.
-
-    A selector matching only paths that are `None` here (paths an outer combinator gave to
-    another group) is no typo: the empty group is then resolved leniently.
+    What optax's `mask_compatible_extra_args=True` does: a per-parameter extra argument of
+    `update` reaches an inner transformation for its group's paths only, as the updates do.
     """
-    try:
-        return resolve(tree, True)
-    except SelectorError:
-        if not any(x is None for x in flatten(tree)[1]):
-            raise
-        resolve(_with_placeholders(tree), True)  # still raises for a real typo
-        return resolve(tree, False)
+    mine = flatten(updates)[0]
+    out = {}
+    for key, value in extra.items():
+        try:
+            shaped_like = flatten(value)[0] == mine
+        except DuplicatePathError:  # no tree of paths at all
+            shaped_like = False
+        out[key] = restrict(value, chosen, owner) if shaped_like else value
+    return out
 
 
 def selection(params: Any, updates: Any, selector: Any, argument: str) -> frozenset[str]:
@@ -58,6 +47,7 @@ class Masked(Transformation):
     inner: Any = None
     mask: Any = static(None)
     label: str = static("masked")
+    mask_compatible_extra_args: bool = static(False)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -69,25 +59,22 @@ class Masked(Transformation):
 
     def init(self, params: Any) -> Any:
         """The inner state for the selected paths only; a mask selecting nothing raises."""
-        chosen = frozenset(
-            strictly(
-                lambda tree, strict: select(
-                    tree, self.mask, strict=strict, argument=self._argument()
-                ),
-                params,
-            )
-        )
+        chosen = frozenset(select(params, self.mask, argument=self._argument()))
         return self.inner.init(restrict(params, chosen, self.label))
 
     def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """The inner update on the selected present paths; others pass through.
 
-        A call without any selected gradient leaves the state untouched.
+        A call without any selected gradient leaves the state untouched. With
+        `mask_compatible_extra_args`, an extra argument with the paths of `updates` is
+        restricted to the selected paths too.
         """
         chosen = selection(params, updates, self.mask, self._argument())
         group = restrict(updates, chosen, self.label)
         if not any_present(group):
             return updates, state
+        if self.mask_compatible_extra_args:
+            extra = masked_extra(extra, updates, chosen, self.label)
         result, state = self.inner.update(
             group, state, restrict(params, chosen, self.label), **extra
         )
@@ -115,7 +102,9 @@ class Masked(Transformation):
         return {path: [(f"[{self.label}]", {}), *steps] for path, steps in inner.items()}
 
 
-def masked(inner: Any, mask: Any, *, name: str = "masked") -> Masked:
+def masked(
+    inner: Any, mask: Any, *, name: str = "masked", mask_compatible_extra_args: bool = False
+) -> Masked:
     """Apply `inner` only where `mask` selects; elsewhere updates pass through unchanged.
 
     The inner state holds the selected paths only (no placeholder nodes), so its memory is
@@ -131,6 +120,10 @@ def masked(inner: Any, mask: Any, *, name: str = "masked") -> Masked:
             `init`, naming the selector and the tree's paths.
         name: the key of this step's state inside a chain (and the group name that
             `gradtx.hyperparams` shows for hyperparameters injected inside it).
+        mask_compatible_extra_args: as in optax, also restrict to the selected paths every
+            extra keyword argument of `update` that has the paths of the updates (a
+            per-parameter tree), so `inner` gets it for its own paths only (`None`
+            elsewhere). Other extra arguments pass through unchanged.
 
     Returns:
         A transformation whose state is the inner state.
@@ -145,4 +138,6 @@ def masked(inner: Any, mask: Any, *, name: str = "masked") -> Masked:
         Array([1., 1.], dtype=float32)
     """
     inner = as_transformation(inner, "masked(inner)")
-    return Masked(inner, as_selector(mask, "masked(mask=...)"), name)
+    return Masked(
+        inner, as_selector(mask, "masked(mask=...)"), name, bool(mask_compatible_extra_args)
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from gradtx._combinators.masked import strictly
+from gradtx._combinators.masked import masked_extra
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
@@ -21,6 +21,7 @@ class Partition(Transformation):
     transforms: dict = None  # type: ignore[assignment]
     labels: Any = static(None)
     label: str = static("partition")
+    mask_compatible_extra_args: bool = static(False)
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -28,24 +29,25 @@ class Partition(Transformation):
         return self.label
 
     def _groups(self, params: Any, updates: Any, strict: bool) -> dict[Hashable, frozenset[str]]:
-        def resolve(tree: Any, strict: bool) -> dict[str, Hashable]:
-            return resolve_labels(
-                tree,
-                self.labels.value,
-                known=tuple(self.transforms),
-                argument=f"{self.label}(labels=...)",
-                strict=strict,
-            )
-
         tree = updates if params is None else params
-        by_path = strictly(resolve, tree) if strict else resolve(tree, False)
+        by_path = resolve_labels(
+            tree,
+            self.labels.value,
+            known=tuple(self.transforms),
+            argument=f"{self.label}(labels=...)",
+            strict=strict,
+        )
         groups: dict[Hashable, set[str]] = {label: set() for label in self.transforms}
         for path, label in by_path.items():
             groups[label].add(path)
         return {label: frozenset(paths) for label, paths in groups.items()}
 
     def init(self, params: Any) -> dict:
-        """`{label: inner.init(params of that label)}`; every leaf needs exactly one label."""
+        """`{label: inner.init(params of that label)}`; every leaf needs exactly one label.
+
+        Each label's params keep the whole model's paths, `None` outside the label, so the
+        masks and selectors of its transformation are checked against the whole model.
+        """
         groups = self._groups(params, None, strict=True)
         return {
             label: tx.init(restrict(params, groups[label], f"{self.label}[{label!r}]"))
@@ -71,8 +73,11 @@ class Partition(Transformation):
             group = restrict(updates, groups[label], owner)
             if not any_present(group):
                 continue
+            mine = extra
+            if self.mask_compatible_extra_args:
+                mine = masked_extra(extra, updates, groups[label], owner)
             result, new_state[label] = tx.update(
-                group, state[label], restrict(params, groups[label], owner), **extra
+                group, state[label], restrict(params, groups[label], owner), **mine
             )
             parts.append((group, result))
         return merge_by_path(updates, parts), new_state
@@ -107,7 +112,11 @@ class Partition(Transformation):
 
 
 def partition(
-    transforms: Mapping[Hashable, Any], labels: Any, *, name: str = "partition"
+    transforms: Mapping[Hashable, Any],
+    labels: Any,
+    *,
+    name: str = "partition",
+    mask_compatible_extra_args: bool = False,
 ) -> Partition:
     """Give each parameter group its own transformation and its own state.
 
@@ -119,11 +128,18 @@ def partition(
 
     Args:
         transforms: `{label: transformation}`.
-        labels: `{label: selector}` (globs, regex, bool trees, functions; see `gradtx.paths`),
-            a function `path -> label`, or a pytree of labels shaped like the params (or a
-            prefix of them). An unlabelled or doubly labelled path, or a label missing from
-            `transforms`, raises and names the path.
+        labels: which label each path gets, in one of these forms (see `gradtx.paths`):
+            `{label: selector}` (globs, regex, bool trees, functions); a pytree of labels
+            shaped like the params (or a prefix of them); a function `f(path, leaf) -> label`
+            (two arguments); or an optax-style `f(params) -> pytree of labels` (one argument).
+            A dict is read as whichever of `{label: selector}` and a tree of labels is valid
+            (`{"enc": "enc", "head": "head"}` with keys equal to labels included); one valid
+            both ways with different labels raises, showing both. An unlabelled or doubly
+            labelled path, or a label missing from `transforms`, raises and names the path.
         name: the key of this step's state inside a chain.
+        mask_compatible_extra_args: as in optax, also restrict to each label's paths every
+            extra keyword argument of `update` that has the paths of the updates (a
+            per-parameter tree), so each transformation gets it for its own paths only.
 
     Returns:
         A transformation whose state is `{label: that label's inner state}`.
@@ -149,7 +165,7 @@ def partition(
         label: as_transformation(tx, f"{name}(transforms[{label!r}])")
         for label, tx in transforms.items()
     }
-    return Partition(txs, StaticValue(labels), name)
+    return Partition(txs, StaticValue(labels), name, bool(mask_compatible_extra_args))
 
 
 multi_transform = partition

@@ -62,16 +62,43 @@ def _is_none(x: Any) -> bool:
     return x is None or is_unit(x)
 
 
-def virtual(tree: Any) -> Any:
-    """`tree` with every packed unit replaced by the tree it holds (`ShapeDtypeStruct` leaves).
+def _view(unit: Any) -> Any:
+    """The tree a unit stands for: packed params' own structure, else `{path: value}`."""
+    structure = getattr(unit, "structure", None)
+    if callable(structure):
+        return structure()
+    # Units of per-path values (a state's `StepCounts`) list them; a dict keyed by path
+    # gives each value its path under the unit's (`count/enc/w`), as `state_dict` does.
+    return dict(unit.items(""))
 
-    Selectors look at this view, so a glob selects the same paths in packed and unpacked params.
+
+def virtual(tree: Any) -> Any:
+    """`tree` with every unit replaced by the tree it stands for.
+
+    Packed params become their original tree (`ShapeDtypeStruct` leaves), and a unit of
+    per-path values in a state (a step count per path) becomes `{path: value}`. Selectors look
+    at this view, so a glob selects the same paths in packed and unpacked params, and in any
+    state gradtx builds.
     """
     if not any(is_unit(x) for x in jax.tree_util.tree_leaves(tree, is_leaf=is_unit)):
         return tree  # the very same object: a selector function sees the user's params
-    return jax.tree_util.tree_map(
-        lambda x: x.structure() if is_unit(x) else x, tree, is_leaf=is_unit
-    )
+    return jax.tree_util.tree_map(_virtual_node, tree, is_leaf=_is_unit_or_slot)
+
+
+def _virtual_node(x: Any) -> Any:
+    if _is_whole_slot(x):
+        return _view(x[""])
+    return _view(x) if is_unit(x) else x
+
+
+def _is_whole_slot(x: Any) -> bool:
+    """A state's slot of params packed whole: `{"": unit}`, the key being the root's path."""
+    return type(x) is dict and len(x) == 1 and "" in x and is_unit(x[""])
+
+
+def _is_unit_or_slot(x: Any) -> bool:
+    # The slot's paths are then `mu/enc/w`, as `state_dict` reads them, not `mu//enc/w`.
+    return is_unit(x) or _is_whole_slot(x)
 
 
 def path_of(key_path: tuple) -> str:

@@ -12,7 +12,13 @@ Forms, resolved in this order and never guessed:
 4. a function: `f(path, leaf) -> bool` if it takes two arguments, `f(params) -> pytree of bools`
    (optax style) if it takes one.
 
-A selector that matches nothing is an error in strict mode: it is almost always a typo.
+A selector that matches nothing is an error in strict mode: it is almost always a typo. So is
+each glob of it, an excluding one included, that matches no path. These checks read every path
+of the tree, its `None` leaves too: in the tree a combinator hands one group, the other groups'
+paths are `None`, and a mask written for the whole model is no typo there.
+
+Labels (`resolve_labels`) take the same forms by the same rule: `{label: selector}`, a tree of
+labels, `f(path, leaf) -> label` or an optax-style `f(params) -> tree of labels`.
 """
 
 from __future__ import annotations
@@ -176,28 +182,38 @@ def _sample(paths_: list[str] | tuple[str, ...], n: int = 8) -> str:
 
 
 def _from_bools(
-    items: tuple[tuple[str, bool], ...], tree_paths: list[str], strict: bool, argument: str
-) -> set[str]:
-    chosen = set()
-    for path in tree_paths:
+    items: tuple[tuple[str, bool], ...],
+    tree_paths: list[str],
+    all_paths: tuple[str, ...],
+    strict: bool,
+    argument: str,
+) -> tuple[set[str], bool]:
+    """`(selected present paths, whether it selects any path of the tree, absent ones too)`."""
+    present = set(tree_paths)
+    chosen, anywhere = set(), False
+    for path in all_paths:
         owners = [(p, b) for p, b in items if _is_prefix(p, path)]
         if not owners:
-            raise SelectorError(
-                f"`{argument}`: the bool tree has no entry for path {path!r}. A bool-tree "
-                "selector must have the params' structure (or a prefix of it). "
-                f"Its paths are: {_sample([p for p, _ in items])}."
-            )
+            if path in present:
+                raise SelectorError(
+                    f"`{argument}`: the bool tree has no entry for path {path!r}. A bool-tree "
+                    "selector must have the params' structure (or a prefix of it). "
+                    f"Its paths are: {_sample([p for p, _ in items])}."
+                )
+            continue  # an absent path (another group's) the tree need not cover
         # The deepest entry wins: {"enc": False, "enc/w": True} selects only enc/w.
         if max(owners, key=lambda pb: len(pb[0]))[1]:
-            chosen.add(path)
+            anywhere = True
+            if path in present:
+                chosen.add(path)
     if strict:
         for p, _ in items:
-            if not any(_is_prefix(p, path) for path in tree_paths):
+            if not any(_is_prefix(p, path) for path in all_paths):
                 raise SelectorError(
                     f"`{argument}`: the bool tree has path {p!r}, which is not in the tree. "
-                    f"The tree's paths are: {_sample(tree_paths)}."
+                    f"The tree's paths are: {_sample(all_paths)}."
                 )
-    return chosen
+    return chosen, anywhere
 
 
 # Glob and regex selections depend only on the paths, so each is made once per set of paths
@@ -207,43 +223,68 @@ _BY_PATHS: BoundedCache = BoundedCache(256)
 
 def _select_set(
     tree: Any, flat: tuple, sel: Selector, strict: bool, argument: str
-) -> frozenset[str]:
+) -> tuple[frozenset[str], bool | None]:
+    """`(the selected present paths, whether the selector picks any path of the tree)`.
+
+    The second is `None` where it cannot be known: a function selector is never called on an
+    absent (`None`) leaf.
+    """
     paths_, leaves_ = flat
     present = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
     tree_paths = [p for p, _ in present]
     if sel.kind not in ("glob", "regex"):
-        return frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
-    key = (sel, tuple(tree_paths), strict)
-    chosen = _BY_PATHS.get(key)
-    if chosen is None:
-        chosen = frozenset(_select_by_leaves(tree, present, tree_paths, sel, strict, argument))
-        _BY_PATHS.remember(key, chosen)
-    return chosen
+        chosen, anywhere = _select_by_leaves(tree, present, paths_, sel, strict, argument)
+        return frozenset(chosen), anywhere
+    key = (sel, tuple(paths_), tuple(tree_paths), strict)
+    kept = _BY_PATHS.get(key)
+    if kept is None:
+        chosen, anywhere = _select_by_leaves(tree, present, paths_, sel, strict, argument)
+        kept = _BY_PATHS.remember(key, (frozenset(chosen), anywhere))
+    return kept
+
+
+def _check_globs(globs: tuple[str, ...], all_paths: tuple[str, ...], argument: str) -> None:
+    """Every glob, including or excluding, must match a path: one that does not is a typo."""
+    for g in globs:
+        bare = g[1:] if g.startswith("!") else g
+        if any(_glob_matches(bare, p) for p in all_paths):
+            continue
+        what = f"excludes nothing: {bare!r} matches no path" if g != bare else "matches no path"
+        raise SelectorError(
+            f"`{argument}`: the glob {g!r} {what}. The tree's paths are: {_sample(all_paths)}."
+        )
 
 
 def _select_by_leaves(
-    tree: Any, present: list, tree_paths: list[str], sel: Selector, strict: bool, argument: str
-) -> set[str]:
+    tree: Any,
+    present: list,
+    all_paths: tuple[str, ...],
+    sel: Selector,
+    strict: bool,
+    argument: str,
+) -> tuple[set[str], bool | None]:
+    # `all_paths` holds the absent (`None`) leaves too: in a group's tree, the paths of the
+    # other groups. Globs, regexes and bool trees are checked against all of them, so a mask
+    # written for the whole model is no typo inside one group; selection is among `present`.
+    tree_paths = {p for p, _ in present}
     if sel.kind == "glob":
+        if strict:
+            _check_globs(sel.value, all_paths, argument)
         includes = [g for g in sel.value if not g.startswith("!")]
         excludes = [g[1:] for g in sel.value if g.startswith("!")]
-        if strict:
-            for g in includes:
-                if not any(_glob_matches(g, p) for p in tree_paths):
-                    raise SelectorError(
-                        f"`{argument}`: the glob {g!r} matches no path. The tree's paths are: "
-                        f"{_sample(tree_paths)}."
-                    )
-        return {
+        picked = {
             p
-            for p in tree_paths
+            for p in all_paths
             if (not includes or any(_glob_matches(g, p) for g in includes))
             and not any(_glob_matches(g, p) for g in excludes)
         }
+        return picked & tree_paths, bool(picked)
     if sel.kind == "regex":
-        return {p for p in tree_paths if sel.value.fullmatch(p)}
+        picked = {p for p in all_paths if sel.value.fullmatch(p)}
+        return picked & tree_paths, bool(picked)
     if sel.kind == "bools":
-        return _from_bools(sel.value, tree_paths, strict, argument)
+        return _from_bools(sel.value, list(tree_paths), all_paths, strict, argument)
+    unknown = None if len(tree_paths) < len(all_paths) else False
     if sel.kind == "path_fn":
         chosen = set()
         for p, x in present:
@@ -256,7 +297,7 @@ def _select_by_leaves(
                 )
             if verdict:
                 chosen.add(p)
-        return chosen
+        return chosen, (True if chosen else unknown)
     # tree_fn: optax style, f(params) -> pytree of bools
     result = sel.value(tree)
     items = _bool_items(result)
@@ -266,7 +307,8 @@ def _select_by_leaves(
             "as f(params) and must return a pytree of bools shaped like the params; it "
             f"returned {type(result).__name__}. For a per-leaf test, write f(path, leaf)."
         )
-    return _from_bools(items, tree_paths, strict, argument)
+    chosen, anywhere = _from_bools(items, list(tree_paths), all_paths, strict, argument)
+    return chosen, (True if anywhere else unknown)
 
 
 def select(
@@ -274,29 +316,39 @@ def select(
 ) -> list[str]:
     """The paths of `tree` that `selector` picks, in tree order (`None` leaves are skipped).
 
+    The checks of `strict` read every path of `tree`, its `None` leaves included: in the tree a
+    combinator hands one group (`partition`, `masked`, `freeze`), the other groups' paths are
+    `None`, so a mask written for the whole model (a bool tree, a glob) may select only other
+    groups' paths there, or none of them, and is still no typo.
+
     Args:
-        tree: any pytree (dicts, lists, dataclasses, Equinox modules, ...).
+        tree: any pytree (dicts, lists, dataclasses, Equinox modules, ...), including a
+            state gradtx built (per-path step counts, packed and bucketed slots read by the
+            paths they hold: `count/enc/w`).
         selector: a glob, list of globs, compiled regex, bool pytree, or function (see
             `gradtx.paths`).
-        strict: raise `SelectorError` when nothing matches, when a glob of a list matches
-            nothing, or when a bool tree has paths the tree lacks.
+        strict: raise `SelectorError` when the selector picks no path of the tree, when a
+            glob, including or excluding (`"!**/bias"`), matches no path, or when a bool tree
+            has paths the tree lacks.
         argument: the argument's name, used in error messages.
 
     Examples:
         >>> params = {"enc": {"w": 1.0, "b": 0.0}, "head": {"w": 1.0}}
         >>> select(params, ["**/w", "!head"])
         ['enc/w']
+        >>> select({"enc": {"w": 1.0, "b": None}}, "**/b")  # absent here, yet no typo
+        []
     """
     sel = as_selector(selector, argument)
     paths_, leaves_, _ = flatten(tree)
-    if any(is_unit(x) for x in leaves_):  # packed params are selected by the paths they hold
+    if any(is_unit(x) for x in leaves_):  # units are selected by the paths they hold
         tree = virtual(tree)
         paths_, leaves_, _ = flatten(tree)
-    chosen = _select_set(tree, (paths_, leaves_), sel, strict, argument)
-    if strict and not chosen:
+    chosen, anywhere = _select_set(tree, (paths_, leaves_), sel, strict, argument)
+    if strict and anywhere is False:
         raise SelectorError(
             f"`{argument}`: the selector {sel!r} matches no path. The tree's paths are: "
-            f"{_sample([p for p, x in zip(paths_, leaves_) if x is not None])}. "
+            f"{_sample(paths_)}. "
             + (
                 "Pass strict=False if an empty selection is intended."
                 if argument == "selector"  # `select` itself; a combinator takes no `strict`
@@ -316,15 +368,23 @@ def resolve_labels(
 ) -> dict[str, Hashable]:
     """Give every non-`None` leaf of `tree` exactly one label.
 
+    Labels follow the selector rule: a function taking two arguments is called as
+    `f(path, leaf)` for each leaf and returns its label; one taking one argument is called
+    optax-style as `f(params)` and returns a tree of labels. A dict is read as
+    `{label: selector}` or as a tree of labels shaped like the params, whichever reading is
+    valid; a dict valid under both readings that label some path differently raises, showing
+    both. As for selectors, the `None` leaves of `tree` (another group's paths, in a group)
+    count as paths of the tree for the checks, but get no label.
+
     Args:
         tree: the params (or updates) tree.
-        labels: `{label: selector}`; a function `path -> label`; or a pytree of labels shaped
-            like `tree` (or a prefix of it). A dict whose keys are all in `known` is read as
-            `{label: selector}`, any other dict as a pytree of labels.
+        labels: `{label: selector}`; a function `f(path, leaf) -> label` or
+            `f(params) -> tree of labels`; or a pytree of labels shaped like `tree` (or a
+            prefix of it), used as data even when it is callable (an Equinox module).
         known: the valid labels; a label outside it is an error naming the path.
         argument: the argument's name, used in error messages.
-        strict: a `{label: selector}` selector that matches nothing raises (turn off for a
-            partial tree that may hold none of a label's paths).
+        strict: a `{label: selector}` selector, or a label tree's entry, that matches no path
+            raises (see `select`).
 
     Returns:
         `{path: label}` in tree order.
@@ -332,47 +392,33 @@ def resolve_labels(
     Examples:
         >>> resolve_labels({"enc": {"w": 1.0}, "dec": {"w": 2.0}}, {"a": "enc", "b": "dec"})
         {'dec/w': 'b', 'enc/w': 'a'}
+        >>> resolve_labels({"enc": {"w": 1.0}, "dec": {"w": 2.0}}, {"enc": "a", "dec": "b"})
+        {'dec/w': 'b', 'enc/w': 'a'}
+        >>> resolve_labels({"w": 1.0, "b": 2.0}, lambda path, leaf: path.upper())
+        {'b': 'B', 'w': 'W'}
     """
     tree = virtual(tree)
     paths_, leaves_, _ = flatten(tree)
     tree_paths = [p for p, x in zip(paths_, leaves_) if x is not None]
-    out: dict[str, Hashable] = {}
-    if isinstance(labels, Mapping) and known is not None and not set(labels) <= set(known):
-        _check_label_tree_reading(labels, known, argument)
-    if isinstance(labels, Mapping) and (known is None or set(labels) <= set(known)):
-        owners: dict[str, list] = {p: [] for p in tree_paths}
-        for label, selector in labels.items():
-            for p in select(tree, selector, strict=strict, argument=f"{argument}[{label!r}]"):
-                owners[p].append(label)
-        for p in tree_paths:
-            if not owners[p]:
-                raise LabelError(f"`{argument}`: path {p!r} has no label; every leaf needs one.")
-            if len(owners[p]) > 1:
-                raise LabelError(
-                    f"`{argument}`: path {p!r} has several labels {owners[p]}; every leaf "
-                    "needs exactly one (narrow one of the selectors, e.g. with '!')."
-                )
-            out[p] = owners[p][0]
+    if isinstance(labels, Mapping):
+        out = _labels_from_dict(tree, labels, paths_, tree_paths, known, argument, strict)
     elif callable(labels) and not _is_label_tree(labels):
-        for p in tree_paths:
-            out[p] = labels(p)
-            if not isinstance(out[p], Hashable) or not isinstance(out[p], (str, int)):
-                raise LabelError(
-                    f"`{argument}`: a label function is called as f(path) -> label and must "
-                    f"return a str or int; for path {p!r} it returned "
-                    f"{type(out[p]).__name__}. For an optax-style f(params) -> tree of labels, "
-                    "pass the label tree f(params) itself."
-                )
+        out = _labels_from_function(tree, labels, paths_, tree_paths, argument, strict)
     else:
-        out = _labels_from_tree(labels, tree_paths, argument, strict=strict)
-    if known is not None:
-        for p, label in out.items():
-            if label not in known:
-                raise LabelError(
-                    f"`{argument}`: path {p!r} has label {label!r}, which has no "
-                    f"transformation; the labels are {list(known)}."
-                )
+        out = _labels_from_tree(labels, paths_, tree_paths, argument, strict=strict)
+    _check_known(out, known, argument)
     return out
+
+
+def _check_known(out: dict[str, Hashable], known: tuple | None, argument: str) -> None:
+    if known is None:
+        return
+    for p, label in out.items():
+        if label not in known:
+            raise LabelError(
+                f"`{argument}`: path {p!r} has label {label!r}, which has no "
+                f"transformation; the labels are {list(known)}."
+            )
 
 
 def _is_label_tree(obj: Any) -> bool:
@@ -380,11 +426,131 @@ def _is_label_tree(obj: Any) -> bool:
     return bool(leaves_) and all(isinstance(x, (str, int)) for x in leaves_)
 
 
+def _labels_by_selector(
+    tree: Any, labels: Mapping, tree_paths: list[str], argument: str, strict: bool
+) -> dict[str, Hashable]:
+    owners: dict[str, list] = {p: [] for p in tree_paths}
+    for label, selector in labels.items():
+        for p in select(tree, selector, strict=strict, argument=f"{argument}[{label!r}]"):
+            owners[p].append(label)
+    out = {}
+    for p in tree_paths:
+        if not owners[p]:
+            raise LabelError(f"`{argument}`: path {p!r} has no label; every leaf needs one.")
+        if len(owners[p]) > 1:
+            raise LabelError(
+                f"`{argument}`: path {p!r} has several labels {owners[p]}; every leaf "
+                "needs exactly one (narrow one of the selectors, e.g. with '!')."
+            )
+        out[p] = owners[p][0]
+    return out
+
+
+def _labels_from_dict(
+    tree: Any,
+    labels: Mapping,
+    all_paths: tuple[str, ...],
+    tree_paths: list[str],
+    known: tuple | None,
+    argument: str,
+    strict: bool,
+) -> dict[str, Hashable]:
+    """A dict read as `{label: selector}` or as a tree of labels: the reading that is valid.
+
+    Neither is a guess: a dict valid under one reading only means that reading, and one valid
+    under both with different labels raises, showing both.
+    """
+    if known is not None and not set(labels) <= set(known):
+        _check_label_tree_reading(labels, known, argument)  # its keys are no labels
+        return _labels_from_tree(labels, all_paths, tree_paths, argument, strict=strict)
+    if not _is_label_tree(labels):
+        return _labels_by_selector(tree, labels, tree_paths, argument, strict)
+
+    def attempt(read: Callable[[], dict]) -> tuple[dict | None, Exception | None]:
+        try:
+            out = read()
+            _check_known(out, known, argument)
+            return out, None
+        except (SelectorError, LabelError) as error:
+            return None, error
+
+    by_selector, selector_error = attempt(
+        lambda: _labels_by_selector(tree, labels, tree_paths, argument, strict)
+    )
+    by_tree, tree_error = attempt(
+        lambda: _labels_from_tree(labels, all_paths, tree_paths, argument, strict=strict)
+    )
+    if by_selector is not None and by_tree is not None and by_selector != by_tree:
+        differ = [p for p in tree_paths if by_selector[p] != by_tree[p]]
+        raise LabelError(
+            f"`{argument}` reads two ways with different labels. As `{{label: selector}}`: "
+            f"{_shown_labels(by_selector, differ)}. As a tree of labels shaped like the "
+            f"params: {_shown_labels(by_tree, differ)}. For the tree of labels pass "
+            "`lambda params: labels`; for `{label: selector}` write selectors that are no "
+            "labels (a glob such as 'enc/**')."
+        )
+    if by_selector is not None:
+        return by_selector
+    if by_tree is not None:
+        return by_tree
+    if known is None:
+        raise selector_error  # type: ignore[misc]
+    raise LabelError(
+        f"`{argument}` reads neither way. As `{{label: selector}}`: {selector_error} As a "
+        f"tree of labels shaped like the params: {tree_error}"
+    )
+
+
+def _shown_labels(by_path: dict[str, Hashable], differ: list[str], n: int = 6) -> str:
+    shown = ", ".join(f"{p!r} -> {by_path[p]!r}" for p in differ[:n])
+    return shown + (f", ... ({len(differ)} paths differ)" if len(differ) > n else "")
+
+
+def _labels_from_function(
+    tree: Any,
+    labels: Callable,
+    all_paths: tuple[str, ...],
+    tree_paths: list[str],
+    argument: str,
+    strict: bool,
+) -> dict[str, Hashable]:
+    arity = _positional_arity(labels)
+    name = getattr(labels, "__qualname__", labels)
+    if arity == 1:  # optax style: f(params) -> a tree of labels
+        result = labels(tree)
+        if not _is_label_tree(result):
+            raise LabelError(
+                f"`{argument}`: the label function {name!r} takes one argument, so it is "
+                "called as f(params) and must return a pytree of labels (str or int) shaped "
+                f"like the params; it returned {type(result).__name__}. For a label per "
+                "leaf, write f(path, leaf) -> label."
+            )
+        return _labels_from_tree(result, all_paths, tree_paths, argument, strict=strict)
+    if arity != 2:
+        raise LabelError(
+            f"`{argument}`: a label function must take `(path, leaf)` or `(params)`, but "
+            f"{name!r} takes {arity} arguments."
+        )
+    out: dict[str, Hashable] = {}
+    for p, x in zip(*flatten(tree)[:2]):
+        if x is None:
+            continue
+        out[p] = labels(p, x)
+        if not isinstance(out[p], (str, int)):
+            raise LabelError(
+                f"`{argument}`: the label function {name!r} takes two arguments, so it is "
+                f"called as f(path, leaf) and must return a str or int; for path {p!r} it "
+                f"returned {type(out[p]).__name__}. For an optax-style f(params) -> tree of "
+                "labels, take one argument."
+            )
+    return out
+
+
 def _check_label_tree_reading(labels: Mapping, known: tuple, argument: str) -> None:
     """A dict whose keys are not all labels is a tree of labels only if its values are labels.
 
-    Otherwise it is ambiguous (most often a `{label: selector}` dict with a label that has no
-    transformation): raise, showing both readings.
+    Otherwise it reads neither way (most often a `{label: selector}` dict with a label that has
+    no transformation): raise, showing both readings.
     """
     values = [x for x in jax.tree_util.tree_leaves(labels) if x is not None]
     if values and all(isinstance(x, Hashable) and x in known for x in values):
@@ -400,15 +566,20 @@ def _check_label_tree_reading(labels: Mapping, known: tuple, argument: str) -> N
 
 
 def _labels_from_tree(
-    labels: Any, tree_paths: list[str], argument: str, *, strict: bool = True
+    labels: Any,
+    all_paths: tuple[str, ...],
+    tree_paths: list[str],
+    argument: str,
+    *,
+    strict: bool = True,
 ) -> dict[str, Hashable]:
     items = [(p, x) for p, x in zip(*flatten(labels)[:2]) if x is not None]
     if strict:
         for p, label in items:
-            if not any(_is_prefix(p, path) for path in tree_paths):
+            if not any(_is_prefix(p, path) for path in all_paths):
                 raise LabelError(
                     f"`{argument}`: the label tree's entry {p!r} (label {label!r}) matches no "
-                    f"parameter; the params' paths are {_sample(tree_paths)}."
+                    f"parameter; the params' paths are {_sample(all_paths)}."
                 )
     out = {}
     for path in tree_paths:

@@ -202,3 +202,84 @@ def test_accumulate_keeps_one_buffer_per_trainable_path_only():
     tx = gradtx.accumulate(gradtx.freeze(gradtx.adam(0.1), "embed"), every=2)
     keys = [k for k in gradtx.state_dict(tx.init(_params())) if k.startswith("acc/")]
     assert sorted(keys) == ["acc/body/b", "acc/body/w", "acc/head/w"]
+
+
+# --- selectors inside groups read the whole model -----------------------------------------------
+
+
+class _Seen(gradtx.Transformation):
+    """Records the paths its `init` gets (absent ones included) and passes updates through."""
+
+    @property
+    def name(self):
+        return "seen"
+
+    def init(self, params):
+        _SEEN.append(gradtx.paths.leaves(params))
+        return {}
+
+    def update(self, updates, state, params=None, **extra):
+        return updates, state
+
+
+_SEEN: list = []
+
+
+def test_a_group_gets_every_path_of_the_model_none_outside_it():
+    _SEEN.clear()
+    tx = gradtx.partition({"a": _Seen(), "b": gradtx.sgd(0.1)}, {"a": "body", "b": ["**", "!body"]})
+    tx.init(_params())
+    (seen,) = _SEEN
+    assert list(seen) == gradtx.paths.paths(_params())  # the whole model's paths
+    assert [p for p, x in seen.items() if x is not None] == ["body/b", "body/w"]
+
+
+def test_masks_and_freezes_nested_in_groups_read_the_whole_model():
+    whole = jax.tree.map(lambda p: p.ndim > 1, _params())  # embed/w, body/w
+    tx = gradtx.partition(
+        {
+            # a mask of the whole model; in "head" it selects none of the group's paths
+            "body": gradtx.masked(gradtx.adam(0.05), whole),
+            "head": gradtx.chain(
+                gradtx.freeze(gradtx.sgd(0.1), "embed"), gradtx.masked(gradtx.sgd(0.1), whole)
+            ),
+            "embed": gradtx.sgd(0.2),
+        },
+        {"body": "body", "head": "head", "embed": "embed"},
+    )
+    params = _params()
+    state = tx.init(params)
+    assert sorted(k for k in gradtx.state_dict(state) if k.startswith("body/")) == [
+        "body/count/body/w",
+        "body/mu/body/w",
+        "body/nu/body/w",
+    ]
+    grads = _grads(params, 0)
+    u, _ = tx.update(grads, state, params)
+    np.testing.assert_array_equal(u["body"]["b"], grads["body"]["b"])  # not masked in: as is
+    np.testing.assert_allclose(u["head"]["w"], -0.1 * grads["head"]["w"], rtol=1e-6)
+    np.testing.assert_allclose(u["embed"]["w"], -0.2 * grads["embed"]["w"], rtol=1e-6)
+    # the same masks with a typo fail, inside the group too
+    typo = gradtx.partition(
+        {"x": gradtx.freeze(gradtx.sgd(0.1), "emebd"), "y": gradtx.sgd(0.1)},
+        {"x": "head", "y": ["**", "!head"]},
+    )
+    with pytest.raises(gradtx.paths.SelectorError, match="the glob 'emebd' matches no path"):
+        typo.init(params)
+
+
+def test_a_partition_nested_in_a_group_labels_its_own_paths():
+    inner = gradtx.partition(
+        {"w": gradtx.sgd(0.1), "b": gradtx.sgd(0.0)},
+        # labels for the whole model: the outer group holds only "body"
+        {"w": "**/w", "b": "**/b"},
+    )
+    tx = gradtx.partition(
+        {"body": inner, "rest": gradtx.sgd(0.2)}, {"body": "body", "rest": ["**", "!body"]}
+    )
+    params = _params()
+    grads = _grads(params, 0)
+    u, state = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(u["body"]["w"], -0.1 * grads["body"]["w"], rtol=1e-6)
+    np.testing.assert_array_equal(u["body"]["b"], jnp.zeros(3))
+    np.testing.assert_allclose(u["head"]["w"], -0.2 * grads["head"]["w"], rtol=1e-6)

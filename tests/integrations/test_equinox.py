@@ -191,7 +191,7 @@ def test_partition_by_field_names_matches_optax_multi_transform():
 def test_partition_labels_from_a_function_of_the_path():
     by_field = gradtx.partition(
         {"weight": gradtx.adam(3e-3), "bias": gradtx.sgd(1e-2)},
-        lambda path: path.rsplit("/", 1)[-1],
+        lambda path, leaf: path.rsplit("/", 1)[-1],
     )
     by_glob = gradtx.partition(
         {"weight": gradtx.adam(3e-3), "bias": gradtx.sgd(1e-2)},

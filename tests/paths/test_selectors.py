@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gradtx
 from gradtx import paths as gpaths
 from gradtx.paths import LabelError, SelectorError, resolve_labels, select
 
@@ -357,7 +358,7 @@ def test_resolve_labels_dict_form():
 
 
 def test_resolve_labels_callable_form():
-    labels = resolve_labels(_params(), lambda path: "decay" if path.endswith("w") else "none")
+    labels = resolve_labels(_params(), lambda path, leaf: "decay" if path.endswith("w") else "none")
     assert labels == {p: ("decay" if p.endswith("w") else "none") for p in ALL}
 
 
@@ -396,7 +397,7 @@ def test_resolve_labels_doubly_labelled_path():
 
 def test_resolve_labels_unknown_label():
     with pytest.raises(LabelError, match=r"path 'enc/layers/0/b' has label 'x'.*\['a', 'b'\]"):
-        resolve_labels(_params(), lambda path: "x", known=("a", "b"))
+        resolve_labels(_params(), lambda path, leaf: "x", known=("a", "b"))
 
 
 def test_resolve_labels_label_tree_missing_a_path():
@@ -407,3 +408,181 @@ def test_resolve_labels_label_tree_missing_a_path():
 def test_resolve_labels_selector_matching_nothing_names_the_label():
     with pytest.raises(SelectorError, match=r"`labels\['b'\]`: the glob 'typo' matches no path"):
         resolve_labels(_params(), {"a": "**", "b": "typo"})
+
+
+# --- every glob must match, excluding ones too -------------------------------------------------
+
+
+def _biases_named_b():
+    return {
+        "enc": {"w": jnp.ones(2), "b": jnp.ones(2)},
+        "head": {"w": jnp.ones(2), "b": jnp.ones(2)},
+    }
+
+
+def test_an_exclusion_glob_that_excludes_nothing_is_an_error():
+    with pytest.raises(SelectorError, match=r"the glob '!\*\*/bias' excludes nothing: '\*\*/bias'"):
+        select(_biases_named_b(), "!**/bias")
+    with pytest.raises(SelectorError, match=r"the glob '!hed/\*\*' excludes nothing"):
+        select(_biases_named_b(), ["**", "!hed/**"])
+    # the message lists the paths, so the fix (`!**/b`) can be read off it
+    with pytest.raises(SelectorError, match=r"The tree's paths are: 'enc/b', 'enc/w'"):
+        select(_biases_named_b(), ["**/w", "!**/bias"])
+    assert select(_biases_named_b(), "!**/b") == ["enc/w", "head/w"]
+    assert select(_biases_named_b(), ["**", "!hed/**"], strict=False) == [
+        "enc/b",
+        "enc/w",
+        "head/b",
+        "head/w",
+    ]
+
+
+def test_an_exclusion_that_excludes_only_paths_not_included_is_no_error():
+    # "!**/b" matches paths, so it is no typo, even where "**/w" already leaves them out.
+    assert select(_biases_named_b(), ["**/w", "!**/b"]) == ["enc/w", "head/w"]
+
+
+def test_an_optimizer_mask_excluding_nothing_fails_at_init():
+    with pytest.raises(
+        SelectorError, match=r"add_decayed_weights\(mask=...\)`: the glob '!\*\*/bias'"
+    ):
+        gradtx.adamw(0.1, weight_decay=0.5, mask="!**/bias").init(_biases_named_b())
+
+
+def test_freeze_with_an_exclusion_that_excludes_nothing_fails_at_init():
+    with pytest.raises(
+        SelectorError, match=r"freeze\(where='!head/bias'\)`: the glob '!head/bias'"
+    ):
+        gradtx.freeze(gradtx.adam(0.1), "!head/bias").init(_biases_named_b())
+    state = gradtx.freeze(gradtx.adam(0.1), "!head/b").init(_biases_named_b())
+    assert sorted(gradtx.state_dict(state)) == ["count/head/b", "mu/head/b", "nu/head/b"]
+
+
+# --- None leaves are paths of the tree for the checks ------------------------------------------
+
+
+def _group_of_enc():
+    """What a combinator hands the group `enc`: the other paths are `None`."""
+    return {"enc": {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, "head": {"w": None, "b": None}}
+
+
+def test_a_glob_matching_only_absent_paths_selects_nothing_without_error():
+    assert select(_group_of_enc(), "head/**") == []
+    assert select(_group_of_enc(), ["**/w", "!head"]) == ["enc/w"]
+    with pytest.raises(SelectorError, match=r"the glob 'haed/\*\*' matches no path"):
+        select(_group_of_enc(), "haed/**")
+    with pytest.raises(SelectorError, match=r"the glob '!haed' excludes nothing"):
+        select(_group_of_enc(), ["**", "!haed"])
+
+
+def test_a_whole_model_bool_tree_may_name_absent_paths_and_select_none_present():
+    whole = {"enc": {"w": True, "b": False}, "head": {"w": True, "b": False}}
+    assert select(_group_of_enc(), whole) == ["enc/w"]
+    assert select(_group_of_enc(), {"enc": False, "head": True}) == []
+    with pytest.raises(SelectorError, match="matches no path"):
+        select(_group_of_enc(), {"enc": False, "head": False})
+    with pytest.raises(SelectorError, match=r"bool tree has path 'tail', which is not in"):
+        select(_group_of_enc(), {"enc": True, "head": True, "tail": False})
+
+
+def test_an_optax_style_mask_function_in_a_group():
+    def matrices(params):
+        return jax.tree.map(lambda x: x.ndim > 1, params)
+
+    assert select(_group_of_enc(), matrices) == ["enc/w"]
+    only_vectors = {"enc": {"w": None, "b": jnp.ones(2)}, "head": {"w": None, "b": None}}
+    assert select(only_vectors, matrices) == []  # another group's matrices, unknown here
+
+
+def test_a_regex_matching_only_absent_paths_selects_nothing_without_error():
+    assert select(_group_of_enc(), re.compile(r"head/.*")) == []
+    with pytest.raises(SelectorError, match="matches no path"):
+        select(_group_of_enc(), re.compile(r"tail/.*"))
+
+
+# --- labels: functions follow the selector rule, dicts take their valid reading ----------------
+
+
+def test_a_two_argument_label_function_gets_the_path_and_leaf():
+    seen = []
+
+    def label(path, leaf):
+        seen.append((path, leaf.shape))
+        return "matrix" if leaf.ndim == 2 else "other"
+
+    labels = resolve_labels(_params(), label)
+    assert labels == {p: ("matrix" if p.endswith("w") else "other") for p in ALL}
+    assert [p for p, _ in seen] == ALL
+
+
+def test_a_one_argument_label_function_is_called_with_the_params_optax_style():
+    calls = []
+
+    def label_tree(params):
+        calls.append(params)
+        return jax.tree.map(lambda x: "matrix" if x.ndim == 2 else "other", params)
+
+    params = _params()
+    labels = resolve_labels(params, label_tree, known=("matrix", "other"))
+    assert labels == {p: ("matrix" if p.endswith("w") else "other") for p in ALL}
+    assert len(calls) == 1 and calls[0] is params
+    # a prefix of the params works too
+    prefix = resolve_labels(params, lambda p: {"enc": "a", "head": "b", "scale": "b"})
+    assert prefix == {p: ("a" if p.startswith("enc") else "b") for p in ALL}
+    assert set(resolve_labels(params, lambda p: "a").values()) == {"a"}  # a label for the root
+
+
+def test_label_function_errors_name_the_calling_convention():
+    with pytest.raises(
+        LabelError, match=r"called as f\(params\) and must return a pytree of labels"
+    ):
+        resolve_labels(_params(), lambda params: {"enc": 1.5})
+    with pytest.raises(LabelError, match=r"called as f\(path, leaf\) and must return a str or int"):
+        resolve_labels(_params(), lambda path, leaf: None)
+    with pytest.raises(LabelError, match=r"must take `\(path, leaf\)` or `\(params\)`.*takes 3"):
+        resolve_labels(_params(), lambda path, leaf, extra: "a")
+
+
+def _abc():
+    return {"a": {"w": jnp.ones(1)}, "b": {"w": jnp.ones(1)}, "c": {"w": jnp.ones(1)}}
+
+
+def test_a_dict_valid_both_ways_with_the_same_labels_is_fine():
+    both = resolve_labels(_abc(), {"a": "a", "b": "b", "c": "c"}, known=("a", "b", "c"))
+    assert both == {"a/w": "a", "b/w": "b", "c/w": "c"}
+
+
+def test_a_dict_valid_both_ways_with_different_labels_raises_showing_both():
+    cycle = {"a": "b", "b": "c", "c": "a"}
+    with pytest.raises(LabelError, match="reads two ways") as error:
+        resolve_labels(_abc(), cycle, known=("a", "b", "c"))
+    message = str(error.value)
+    # as {label: selector}, label "a" takes "b/**"; as a label tree, "a/**" takes label "b"
+    assert "As `{label: selector}`: 'a/w' -> 'c', 'b/w' -> 'a', 'c/w' -> 'b'" in message
+    assert "As a tree of labels shaped like the params: 'a/w' -> 'b', 'b/w' -> 'c'" in message
+
+
+def test_a_dict_valid_only_as_a_label_tree_is_a_label_tree():
+    params = {"enc": {"w": jnp.ones(1), "b": jnp.ones(1)}, "head": {"w": jnp.ones(1)}}
+    labels = {"enc": {"w": "enc", "b": "enc"}, "head": {"w": "head"}}
+    assert resolve_labels(params, labels, known=("enc", "head")) == {
+        "enc/b": "enc",
+        "enc/w": "enc",
+        "head/w": "head",
+    }
+    # a label for every path of one group and none of the other: as selectors, "enc" would
+    # label the same paths twice
+    doubled = {"enc": "enc", "head": "enc"}
+    assert set(resolve_labels(params, doubled, known=("enc", "head")).values()) == {"enc"}
+
+
+def test_a_dict_valid_only_as_selectors_is_read_as_selectors():
+    params = {"enc": {"w": jnp.ones(1), "b": jnp.ones(1)}, "head": {"w": jnp.ones(1)}}
+    labels = resolve_labels(params, {"enc": "**/w", "head": "**/b"}, known=("enc", "head"))
+    assert labels == {"enc/b": "head", "enc/w": "enc", "head/w": "enc"}
+
+
+def test_a_dict_valid_neither_way_shows_both_reasons():
+    params = {"enc": {"w": jnp.ones(1)}, "head": {"w": jnp.ones(1)}}
+    with pytest.raises(LabelError, match=r"reads neither way. As `\{label: selector\}`: .*'nope'"):
+        resolve_labels(params, {"enc": "enc", "head": "nope"}, known=("enc", "head"))

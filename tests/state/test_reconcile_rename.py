@@ -99,3 +99,28 @@ def test_traced_hyperparameters_are_not_checked():
     assert build_and_step(jnp.float32(1.5))["w"].shape == (2,)
     with pytest.raises(ValueError, match="decay rate"):
         gradtx.adam(0.1, b1=1.5)
+
+
+@pytest.mark.parametrize("order", ["shorter first", "longer first"])
+def test_rename_takes_the_longest_matching_prefix_in_either_order(order):
+    """`enc/head/w` matches both `enc` and `enc/head`: the longer prefix moves it."""
+    tx = gradtx.adam(0.1)
+    params = {"enc": {"w": jnp.full(2, 1.0), "head": {"w": jnp.full(2, 2.0)}}}
+    state = _trained(tx, params)
+    old = gradtx.state_dict(state)
+    moves = [("enc", "body"), ("enc/head", "top")]
+    rename = dict(moves if order == "shorter first" else moves[::-1])
+    assert next(iter(rename)) == ("enc" if order == "shorter first" else "enc/head")
+    moved = {"body": {"w": jnp.full(2, 1.0)}, "top": {"w": jnp.full(2, 2.0)}}
+    new_state, report = gradtx.reconcile(tx, state, moved, rename=rename)
+    new = gradtx.state_dict(new_state)
+    assert report.missing == () and report.unexpected == () and report.reinitialised == ()
+    for slot in ("mu", "nu", "count"):
+        np.testing.assert_array_equal(new[f"{slot}/top/w"], old[f"{slot}/enc/head/w"])
+        np.testing.assert_array_equal(new[f"{slot}/body/w"], old[f"{slot}/enc/w"])
+    # the two moments differ, so a state moved under the wrong name would show
+    assert not np.array_equal(old["mu/enc/w"], old["mu/enc/head/w"])
+    # load_state_dict reads the prefixes the same way
+    loaded, report = gradtx.load_state_dict(tx, moved, old, rename=rename)
+    assert report.clean
+    np.testing.assert_array_equal(loaded["mu"]["top/w"], old["mu/enc/head/w"])
