@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import pickle
 import re
 import warnings
 from collections.abc import Callable
@@ -13,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._combinators.without_statistics import without_statistics
-from gradtx._core.module import Module, as_float, static
+from gradtx._core.module import Module, as_float, field, static
 from gradtx._core.protocol import Transformation, as_transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._core.statistics import KeepsStatistics
@@ -28,11 +30,56 @@ from gradtx._schedules.stateful import (
     value_at,
 )
 
-__all__ = ["InjectHyperparams", "InjectState", "inject_hyperparams"]
+__all__ = ["HyperparamCheck", "InjectHyperparams", "InjectState", "inject_hyperparams"]
 
 # A function passed under one of these names is structure (a mask, a label function), never
 # a schedule, whatever the factory's defaults say.
 _STRUCTURAL_NAME = re.compile(r"mask|where|label|select|_fn$|^fn$|filter|partition")
+
+
+@dataclasses.dataclass(frozen=True)
+class HyperparamCheck:
+    """The factory's own argument checks, for a value `gradtx.set_hyperparams` puts in a state.
+
+    Static structure of `InjectState`: equal for equal transformations, so a state holding it
+    compiles once.
+    """
+
+    factory: Callable
+    static_kwargs: tuple
+    label: str
+
+    def __call__(self, name: str, value: Any, others: dict[str, Any]) -> None:
+        """Build the factory with `name=value`; raise what its checks raise.
+
+        The other hyperparameters are traced, so only `value` is checked; a factory that
+        needs their values (a Python `if` on one) is built with `others` as they are.
+        """
+        static_kwargs = {n: s.value for n, s in self.static_kwargs}
+
+        def build(rest: dict[str, Any]) -> None:
+            self.factory(**rest, **{name: value}, **static_kwargs)
+
+        abstract = {
+            n: jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for n, v in others.items()
+        }
+        try:
+            jax.eval_shape(build, abstract)
+        except jax.errors.JAXTypeError:  # the factory reads another value: give it
+            build(others)
+
+    def __reduce__(self) -> tuple:
+        # A state pickles as it did before it held the check: with a factory that cannot be
+        # pickled (a local function), the copy has no check, and set_hyperparams skips it.
+        try:
+            pickle.dumps((self.factory, self.static_kwargs))
+        except (pickle.PicklingError, AttributeError, TypeError):
+            return (_no_check, ())
+        return (HyperparamCheck, (self.factory, self.static_kwargs, self.label))
+
+
+def _no_check() -> None:
+    return None
 
 
 class InjectState(Module):
@@ -40,7 +87,8 @@ class InjectState(Module):
 
     Holds the step `count`, the `hyperparams` used at the last step (`{name: value}`, in the
     hyperparameter dtype), the `inner` state and, when some hyperparameters follow stateful
-    schedules, their states (`schedule_states`, `{name: state}`; None otherwise).
+    schedules, their states (`schedule_states`, `{name: state}`; None otherwise). Its static
+    `check` validates a value `gradtx.set_hyperparams` puts in.
     """
 
     count: Any = None
@@ -48,6 +96,7 @@ class InjectState(Module):
     inner: Any = None
     scheduled: tuple = static(())  # names that follow a schedule (set_hyperparams refuses them)
     schedule_states: dict | None = None
+    check: HyperparamCheck | None = field(static=True, default=None, repr=False)
 
 
 def _is_number(value: Any) -> bool:
@@ -132,18 +181,56 @@ class InjectHyperparams(Transformation, KeepsStatistics):
     def _values(
         self, count: Any, stored: dict | None, states: dict | None = None, extra: Any = None
     ) -> dict[str, Any]:
-        """Each hyperparameter for a step at `count` (stateful schedules: in `states`)."""
+        """Each hyperparameter for a step at `count` (stateful schedules: in `states`).
+
+        Each must be a scalar (checked on shapes, at trace time): an array would broadcast
+        against the parameters' last axis. Under `jax.vmap` over stacked transformations,
+        each is one.
+        """
         values = {}
         for name, value in self.hparams.items():
+            what = f"the hyperparameter {name!r} has"
             if isinstance(value, Schedule):
-                value = value(count)
+                value = jnp.asarray(value(count))
+                if value.shape != ():
+                    raise TypeError(
+                        f"{self._owner()}: the schedule given as `{name}` must return a real "
+                        f"number per step (shape ()), got shape {value.shape}; an array would "
+                        "broadcast against each parameter's last axis."
+                    )
             elif isinstance(value, StatefulSchedule):
                 own = states[name] if states is not None else start(self._owner(), name, value)
                 value = value_at(self._owner(), name, value, own, extra or {})
             elif stored is not None:
-                value = stored[name]
-            values[name] = jnp.asarray(value).astype(self.dtype)
+                value, what = stored[name], f"the hyperparameter {name!r} in the state has"
+            value = jnp.asarray(value)
+            if value.shape != ():
+                raise ValueError(
+                    f"{self._owner()}: {what} shape {value.shape}; it must be a scalar (an "
+                    "array would broadcast against each parameter's last axis). To sweep "
+                    "values, `jax.vmap` over transformations built from each value; for a "
+                    "value per group of parameters, use `gradtx.partition`."
+                )
+            values[name] = value.astype(self.dtype)
         return values
+
+    def _rounding(self, values: dict[str, Any], error: str) -> str:
+        """A note naming the numbers the hyperparameter dtype changed (those `error` names)."""
+        changed = {
+            name: f"{name}={float(given):g} is stored as {float(values[name]):g}"
+            for name, given in self.hparams.items()
+            if isinstance(given, np.generic)
+            and not isinstance(values[name], jax.core.Tracer)
+            and float(values[name]) != float(given)
+        }
+        named = [note for name, note in changed.items() if f"`{name}`" in error]
+        notes = named or list(changed.values())
+        if not notes:
+            return ""
+        return (
+            f" In {jnp.dtype(self.dtype).name}, {', '.join(notes)}; keep the hyperparameters "
+            "in float32 (the default `hyperparam_dtype`)."
+        )
 
     def _advance(self, states: dict | None, extra: dict[str, Any]) -> dict[str, Any] | None:
         """The stateful schedules' states after a step with the extra arguments `extra`."""
@@ -160,13 +247,21 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         built = as_transformation(self.factory(**values, **kwargs), self._owner())
         return built if self.keep_statistics else without_statistics(built)
 
+    def _build_known(self, values: dict[str, Any]) -> Transformation:
+        """`build` with known values, whose refusal names what the dtype rounded."""
+        try:
+            return self.build(values)
+        except ValueError as e:
+            raise ValueError(f"{self._owner()}: {e}{self._rounding(values, str(e))}") from e
+
     def init(self, params: Any) -> InjectState:
         """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""
         count = jnp.zeros((), jnp.int32)
         states = self._start()
         values = self._values(count, None, states)
-        inner = self.build(values).init(params)
-        return InjectState(count, values, inner, self._scheduled(), states)
+        inner = self._build_known(values).init(params)
+        check = HyperparamCheck(self.factory, self.static_kwargs, self.label)
+        return InjectState(count, values, inner, self._scheduled(), states, check)
 
     def update(
         self, updates: Any, state: InjectState, params: Any = None, **extra: Any
@@ -193,7 +288,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         updates, inner = self.build(values).update(updates, state.inner, params, **extra)
         count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
         states = self._advance(state.schedule_states, extra)
-        return updates, InjectState(count, values, inner, state.scheduled, states)
+        return updates, InjectState(count, values, inner, state.scheduled, states, state.check)
 
     def eval_params(self, state: InjectState, params: Any) -> Any:
         """The eval weights of the inner transformation built as at the last step."""
@@ -216,7 +311,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
                 value = value_at(self._owner(), name, value, start(self._owner(), name, value), {})
             wanted = np.float32(value(np.int32(step)) if isinstance(value, Schedule) else value)
             _warn_if_rounded(self.label, name, float(wanted), values[name], self.dtype)
-        return self.build(values).describe(params, step)
+        return self._build_known(values).describe(params, step)
 
 
 def _warn_if_rounded(owner: str, name: str, wanted: float, stored: Any, dtype: Any) -> None:
@@ -247,9 +342,12 @@ def inject_hyperparams(
     transformation whose state holds `learning_rate` and `b1` (float32 by default); each step
     it evaluates the schedules at its step count, reads the other values from the state, and
     runs `adam` built with them. Values can be read with `gradtx.hyperparams(state)` and set
-    with `gradtx.set_hyperparams(state, {...})` between steps without recompiling. Wrapping
-    does not change the numerics: `inject_hyperparams(adam)(learning_rate=x)` gives exactly
-    what `adam(learning_rate=x)` gives.
+    with `gradtx.set_hyperparams(state, {...})` between steps without recompiling; a value
+    set there is checked as the factory checks its arguments. Each value, and each
+    schedule's value, must be a scalar (an array would broadcast against the parameters);
+    `jax.vmap` over stacked transformations sweeps values. Wrapping does not change the
+    numerics: `inject_hyperparams(adam)(learning_rate=x)` gives exactly what
+    `adam(learning_rate=x)` gives.
 
     Which arguments are hyperparameters is decided by kind, never guessed from a value alone:
     numbers and numeric arrays are hyperparameters; gradtx schedules (stateful ones too) and

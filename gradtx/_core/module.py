@@ -27,6 +27,8 @@ __all__ = [
     "Module",
     "as_float",
     "as_int",
+    "check_hyperparam",
+    "check_scalar_hyperparams",
     "decay_rate",
     "field",
     "hyperparam",
@@ -170,33 +172,110 @@ def hyperparam(
     """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
 
     Numbers are stored as `np.float32` scalars, arrays and tracers as JAX float32 arrays
-    (see `as_float`). A number is validated at construction: it must be finite and pass
-    `check` (a function of the value returning what is wrong, or None). Arrays and traced
-    values are not checked, since that would need their value on the host. `required`: the
+    (see `as_float`). A known value (a number, a NumPy array, a JAX array that is no tracer)
+    is validated at construction, every entry of an array: it must be finite and pass
+    `check` (a function of the value returning what is wrong, or None). A traced value
+    (inside `jit` or `vmap`) cannot be checked without its value on the host, so it is not.
+    The field is a scalar where the update uses it (see `check_scalar_hyperparams`); an
+    array of values is for a `jax.vmap` sweep over stacked transformations. `required`: the
     value may not be None.
     """
     metadata = {"static": False, "converter": as_float, "check": check, "required": required}
     return dataclasses.field(default=default, metadata={**metadata, "hyperparam": True})
 
 
+def _known_values(value: Any) -> np.ndarray | None:
+    """The values of a hyperparameter known without tracing, as a NumPy array, else None."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return np.asarray(value)
+    if isinstance(value, jax.core.Tracer) or not isinstance(value, jax.Array):
+        return None  # a tracer, a schedule, a function
+    if not value.is_fully_addressable:
+        return None  # spread over processes: no one host holds it
+    return np.asarray(value)
+
+
+def check_hyperparam(
+    owner: str,
+    name: str,
+    value: Any,
+    check: Callable[[float], str | None] | None,
+    given: Any = None,
+) -> None:
+    """Raise if a known `value` (every entry of an array) is not finite or fails `check`.
+
+    Traced values, schedules and functions are not checked: their values are not known here.
+    The message shows `given` (what the user passed) when given, else `value`.
+    """
+    known = _known_values(value)
+    if known is None:
+        return
+    for entry in known.reshape(-1):
+        number = float(entry)
+        allows_inf = number == np.inf and getattr(check, "allows_inf", False)
+        problem = None if np.isfinite(number) or allows_inf else "must be finite"
+        if problem is None and check is not None:
+            problem = check(number)
+        if problem is not None:
+            shown = repr(value if given is None else given)
+            shown += "" if known.ndim == 0 else f" (an entry is {number:g})"
+            raise ValueError(f"{owner}: `{name}` {problem}, got {shown}.")
+
+
 def _validate(owner: str, name: str, value: Any, given: Any, f: dataclasses.Field) -> None:
-    """Raise if a hyperparameter given as a number is out of range (see `hyperparam`)."""
+    """Raise if a hyperparameter is None where required, or out of range (see `hyperparam`)."""
     if value is None:
         if f.metadata.get("required"):
             raise TypeError(
                 f"{owner}: `{name}` must be a number, an array or a schedule, got None."
             )
         return
-    if not isinstance(value, np.generic):
-        return  # an array, a tracer or a schedule: not known here without a host sync
-    number = float(value)
-    check = f.metadata.get("check")
-    finite = np.isfinite(number) or (number == np.inf and getattr(check, "allows_inf", False))
-    problem = None if finite else "must be finite"
-    if problem is None and check is not None:
-        problem = check(number)
-    if problem is not None:
-        raise ValueError(f"{owner}: `{name}` {problem}, got {given!r}.")
+    check_hyperparam(owner, name, value, f.metadata.get("check"), given)
+
+
+def check_scalar_hyperparams(tx: Any, owner: str) -> None:
+    """Raise if a numeric `hyperparam()` field of `tx`, or of a module inside it, is no scalar.
+
+    Called where the update reads the fields, at trace time: there the shapes are known and
+    no value is read. A stacked transformation's fields are arrays only outside `jax.vmap`;
+    inside it they are scalars. Vector fields by design (a schedule's boundaries and values,
+    Muon's coefficients) are no `hyperparam()` fields and are not looked at.
+    """
+    for where, holder, shape in _non_scalar_hyperparams(tx, ""):
+        raise ValueError(
+            f"{owner}: the hyperparameter `{where}` (of {holder}) has shape {shape}, but the "
+            "update needs a scalar: an array would broadcast against each parameter's last axis. "
+            "To sweep values, `jax.vmap` over transformations built from each value "
+            "(`jax.vmap(lambda lr: gradtx.sgd(lr))(jnp.array([0.1, 0.01]))`); for a value per "
+            "group of parameters, use `gradtx.partition`."
+        )
+
+
+def _non_scalar_hyperparams(obj: Module, where: str) -> list[tuple[str, str, tuple]]:
+    """`(path, owner, shape)` of each non-scalar numeric hyperparameter under `obj`.
+
+    The path is the field's attribute path from the outermost module (`transforms[0].b1`),
+    the owner the name of the module holding it.
+    """
+    found = []
+    for f in dataclasses.fields(obj):
+        if f.metadata.get("static"):
+            continue
+        value = obj.__dict__[f.name]
+        if f.metadata.get("hyperparam") and isinstance(value, (jax.Array, np.ndarray)):
+            if value.shape != ():
+                holder = getattr(type(obj), "name", None)
+                holder = holder if isinstance(holder, str) else type(obj).__name__
+                found.append((f"{where}{f.name}", holder, tuple(value.shape)))
+            continue
+        inner = jax.tree_util.tree_flatten_with_path(
+            value, is_leaf=lambda x: isinstance(x, Module)
+        )[0]
+        for key_path, sub in inner:
+            if isinstance(sub, Module):
+                here = f"{where}{f.name}{jax.tree_util.keystr(key_path)}."
+                found.extend(_non_scalar_hyperparams(sub, here))
+    return found
 
 
 def _format_value(value: Any) -> str:

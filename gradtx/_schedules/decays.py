@@ -62,12 +62,26 @@ class CosineDecay(Schedule):
         return self.init_value * ((1 - self.alpha) * cosine**self.exponent + self.alpha)
 
 
+def _decay_factor(value: float) -> str | None:
+    """An exponential schedule's factor per `transition_steps`: positive."""
+    if value > 0:
+        return None
+    if value < 0:
+        return "must be > 0 (a negative factor to a fractional power is NaN)"
+    return (
+        "must be > 0: with 0 the value drops to 0 right after `transition_begin`. For a "
+        "constant (what optax's exponential_decay gives for a zero rate) use "
+        "`schedules.constant(init_value)`; for a drop to 0 at a step use "
+        "`schedules.piecewise_constant(init_value, {step: 0.0})`"
+    )
+
+
 class ExponentialDecay(Schedule):
     """`init * rate**((t - begin) / T)` (see `exponential_decay`)."""
 
     init_value: Any = hyperparam()
     transition_steps: Any = steps_field(length=True)
-    decay_rate: Any = hyperparam()
+    decay_rate: Any = hyperparam(check=_decay_factor)
     transition_begin: Any = steps_field(0)
     staircase: bool = static(False)
     end_value: Any = hyperparam(None)
@@ -189,7 +203,8 @@ def exponential_decay(
     Args:
         init_value: the initial value.
         transition_steps: steps $T$ per factor of `decay_rate` (positive).
-        decay_rate: the factor $r$ (below 1 decays, above 1 grows).
+        decay_rate: the factor $r > 0$ (below 1 decays, above 1 grows). 0 is refused: it
+            would drop to 0 after the first step; use `constant` or `piecewise_constant`.
         transition_begin: step $t_0$ before which the value stays `init_value`.
         staircase: decay in whole steps of $T$ (floor the exponent).
         end_value: a bound the value never passes (a floor for decay, a ceiling for growth).

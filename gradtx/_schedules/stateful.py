@@ -181,6 +181,13 @@ def as_stateful_schedule(value: Any) -> StatefulSchedule:
     return ForeignStatefulSchedule(StaticValue(value))
 
 
+def _kind(schedule: StatefulSchedule) -> str:
+    """The schedule's class name for messages (an optax schedule's own, not its wrapper's)."""
+    if isinstance(schedule, ForeignStatefulSchedule):
+        return type(schedule.wrapped.value).__name__
+    return type(schedule).__name__
+
+
 def _signature(x: Any) -> tuple[tuple[int, ...], Any]:
     return tuple(np.shape(x)), jnp.result_type(x)
 
@@ -204,7 +211,7 @@ def _checked_value(owner: str, name: str, schedule: StatefulSchedule, out: Any) 
     )
     if out.shape != () or not real:
         raise TypeError(
-            f"{owner}: the stateful schedule given as `{name}` ({type(schedule).__name__}) must "
+            f"{owner}: the stateful schedule given as `{name}` ({_kind(schedule)}) must "
             f"return a real number from `value` (shape ()), got shape {out.shape}, dtype "
             f"{out.dtype}."
         )
@@ -217,7 +224,7 @@ def start(owner: str, name: str, schedule: StatefulSchedule) -> Any:
         state = _own_arrays(schedule.init())
     except TypeError as e:
         raise TypeError(
-            f"{owner}: the stateful schedule given as `{name}` ({type(schedule).__name__}) "
+            f"{owner}: the stateful schedule given as `{name}` ({_kind(schedule)}) "
             f"failed in `init()`: {e}"
         ) from e
     value_at(owner, name, schedule, state, {})
@@ -242,7 +249,7 @@ def advance(
     )
     if not same:
         raise TypeError(
-            f"{owner}: the stateful schedule given as `{name}` ({type(schedule).__name__}) "
+            f"{owner}: the stateful schedule given as `{name}` ({_kind(schedule)}) "
             f"returned from `update` a state unlike the one it was given: {_describe(state)} "
             f"became {_describe(new)}. `update` must keep the structure, shapes and dtypes of "
             "`init()`'s state (cast with `.astype`), so that the step compiles once and runs "

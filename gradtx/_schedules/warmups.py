@@ -139,7 +139,7 @@ def warmup_exponential_decay(
         peak_value: the value at the end of the warm-up.
         warmup_steps: length of the warm-up (non-negative).
         transition_steps: steps per factor of `decay_rate` (positive).
-        decay_rate: the decay factor (below 1 decays, above 1 grows).
+        decay_rate: the decay factor, positive (below 1 decays, above 1 grows).
         transition_begin: steps after the warm-up before the decay starts.
         staircase: decay in whole steps of `transition_steps`.
         end_value: a bound the value never passes (a floor for decay, a ceiling for growth).

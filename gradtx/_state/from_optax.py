@@ -17,11 +17,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
 from gradtx._combinators.partition import Partition
 from gradtx._paths.paths import leaves
+from gradtx._schedules.base import Schedule
+from gradtx._schedules.stateful import StatefulSchedule, WrappedSchedule
 from gradtx._state.state_dict import LoadReport, StateMismatchError, load_state_dict, state_dict
 from gradtx._state.stats import statistics_in
 
@@ -167,18 +170,15 @@ def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, 
     fields = _fields(ostate) or ()
     if not {"count", "hyperparams", "inner_state"} <= set(fields):
         raise walk.mismatch(where, ostate, prefix, f"gradtx's inject_hyperparams({tx.label})")
-    if _has_arrays(getattr(ostate, "hyperparams_states", None)):
-        raise ValueError(
-            f"from_optax: optax's state at {where} ({_describe(ostate)}) keeps the state of "
-            f"stateful schedules ({sorted(ostate.hyperparams_states)}), laid out as each "
-            "schedule chooses, so it cannot be carried over; load it by hand into gradtx's "
-            "`schedule_states/<name>` keys (gradtx.load_state_dict)."
-        )
     count_key = _join(prefix, "count")
     count = jnp.asarray(ostate.count)
     if count_key in walk.template:  # both count steps in an integer: take gradtx's dtype
         count = count.astype(jnp.result_type(walk.template[count_key]))
     walk.put(count_key, count, f"{where}.count")
+    schedule_states = getattr(ostate, "hyperparams_states", None)
+    if _has_arrays(schedule_states):
+        for name, own in schedule_states.items():
+            _match_schedule_state(walk, tx, ostate, name, own, prefix, where)
     names = []
     for name, value in ostate.hyperparams.items():
         key = _join(prefix, f"hyperparams/{name}")
@@ -192,6 +192,56 @@ def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, 
     # The inner transformation as built at step 0: its structure is all the walk needs.
     inner = tx.build(tx._values(jnp.zeros((), jnp.int32), None))
     _match(walk, inner, ostate.inner_state, _join(prefix, "inner"), f"{where}.inner_state")
+
+
+def _is_wrapped_schedule_state(x: Any) -> bool:
+    """True for the state optax keeps for a schedule of the step: its own count."""
+    return type(x).__name__ == "WrappedScheduleState" and _fields(x) == ("count",)
+
+
+def _match_schedule_state(
+    walk: _Walk, tx: InjectHyperparams, ostate: Any, name: str, own: Any, prefix: str, where: str
+) -> None:
+    """Carry over the state optax keeps for the schedule of the hyperparameter `name`.
+
+    optax's `inject_hyperparams` wraps a schedule of the step in a `WrappedSchedule`, whose
+    state is its own count, advanced with the injected count. A gradtx schedule of the step
+    reads the injected count itself, so the count carries it over (once checked equal); a
+    gradtx `WrappedSchedule` keeps its count under `schedule_states/<name>`.
+    """
+    here = f"{where}.hyperparams_states[{name!r}]"
+    schedule = tx.hparams.get(name)
+    if _is_wrapped_schedule_state(own) and isinstance(schedule, Schedule):
+        if isinstance(own.count, jax.core.Tracer) or isinstance(ostate.count, jax.core.Tracer):
+            return  # traced (from_optax inside jit): not comparable here
+        counts = np.asarray(own.count), np.asarray(ostate.count)
+        if not np.array_equal(*counts):
+            raise ValueError(
+                f"from_optax: optax's schedule for {name!r} has taken {int(counts[0])} steps "
+                f"({here}) but the injected count is {int(counts[1])}; gradtx's schedule "
+                f"of the step reads the injected count. Use "
+                "`gradtx.schedules.WrappedSchedule(schedule)` for a schedule that keeps a "
+                "count of its own."
+            )
+        return
+    if _is_wrapped_schedule_state(own) and isinstance(schedule, WrappedSchedule):
+        key = _join(prefix, f"schedule_states/{name}")
+        value = jnp.asarray(own.count)
+        if key in walk.template:
+            value = value.astype(jnp.result_type(walk.template[key]))
+        walk.put(key, value, here)
+        return
+    kind = "a number" if schedule is not None else "no such hyperparameter"
+    if isinstance(schedule, (Schedule, StatefulSchedule)):
+        kind = f"a {type(schedule).__name__}"
+    raise ValueError(
+        f"from_optax: optax's state at {here} ({_describe(own)}) is the state of a schedule; "
+        f"gradtx's inject_hyperparams({tx.label}) has {kind} as {name!r}. A schedule of the "
+        "step (optax's WrappedScheduleState) is carried over to a gradtx schedule or "
+        "`WrappedSchedule`; the state of another stateful schedule is laid out as it "
+        "chooses: load it by hand into gradtx's `schedule_states/<name>` keys "
+        "(gradtx.load_state_dict)."
+    )
 
 
 def _hyperparameter(value: Any, own: Any) -> Any:
@@ -300,7 +350,12 @@ def from_optax(
     - `optax.inject_hyperparams(f)(...)`: `gradtx.inject_hyperparams(g)(...)`, its step count
       and hyperparameters carried over by name. optax stores them in the params' dtype;
       where its value is gradtx's own float32 value rounded to that dtype (a bfloat16
-      model's `b2=0.999` stored as 1.0), gradtx keeps its own value.
+      model's `b2=0.999` stored as 1.0), gradtx keeps its own value. A schedule of the step
+      (`learning_rate=optax.linear_schedule(...)`, whose state optax keeps as a
+      `WrappedScheduleState`) goes to a gradtx schedule (`gradtx.schedules.linear(...)`),
+      which reads the injected count, or to a `gradtx.schedules.WrappedSchedule`, which
+      keeps the count under `schedule_states/<name>`. The state of another stateful
+      schedule is refused: it is laid out as each schedule chooses.
 
     Everything else raises: another optax state type (its position and type are named), or
     a gradtx transformation whose structure differs from the optax one (another number of

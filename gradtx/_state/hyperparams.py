@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gradtx._combinators.inject import InjectState
 from gradtx._paths.paths import owning_path, path_of
@@ -84,9 +85,20 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
     Values keep the stored dtype and shape, so a jitted step taking the state does not
     recompile. Scheduled hyperparameters cannot be set (the schedule overwrites them).
 
+    A value known here (a number, a NumPy or JAX array) passes the checks the transformation's
+    own constructor makes, on the value as stored: `float("nan")` as a learning rate or
+    `b2=1.5` for Adam raise, naming the hyperparameter and the rule. A traced value (this
+    function called inside `jax.jit` with a value computed there) cannot be checked without
+    its value on the host, so it is not: check it before the jitted call.
+
     Args:
         state: the state of a transformation containing `inject_hyperparams`.
         values: `{name: value}` with names as `gradtx.hyperparams` gives them.
+
+    Raises:
+        KeyError: no injected hyperparameter has that name.
+        ValueError: the hyperparameter follows a schedule, the value has another shape, or
+            the transformation's checks refuse the value.
 
     Examples:
         >>> tx = gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.1)
@@ -94,7 +106,11 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
         >>> u, _ = tx.update({"w": jnp.ones(2)}, state)
         >>> u["w"]
         Array([-0.01, -0.01], dtype=float32)
-    """
+        >>> gradtx.set_hyperparams(state, {"learning_rate": float("nan")})
+        Traceback (most recent call last):
+        ...
+        ValueError: set_hyperparams: 'learning_rate' = nan is refused by sgd: scale_by_learning_rate: `learning_rate` must be finite, got nan.
+    """  # noqa: E501
     known = hyperparams(state)
     unknown = [k for k in values if k not in known]
     if unknown:
@@ -102,7 +118,6 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
             f"set_hyperparams: no injected hyperparameter named {unknown[0]!r}; the names are "
             f"{sorted(known)}."
         )
-    done: set[str] = set()
 
     def visit(prefix: str, node: InjectState) -> InjectState:
         new = dict(node.hyperparams)
@@ -122,10 +137,33 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
                     f"{value.shape}."
                 )
             new[name] = value.astype(old.dtype)
-            done.add(key)
+            _check(node, key, name, new[name], values[key])
         return node.replace(hyperparams=new)
 
     return _walk(state, "", visit)
+
+
+def _check(node: InjectState, key: str, name: str, value: jax.Array, given: Any) -> None:
+    """Raise if the transformation's own checks refuse `value` (as stored) for `name`."""
+    if node.check is None or isinstance(value, jax.core.Tracer):
+        return  # a traced value is not known here
+    shown = np.asarray(value, np.float32)
+    stored = float(shown) if shown.ndim == 0 else shown
+    others = {n: v for n, v in node.hyperparams.items() if n != name}
+    try:
+        node.check(name, stored, others)
+    except (ValueError, TypeError) as e:
+        rounded = "" if _same(given, stored) else f" (stored as {stored!r})"
+        raise ValueError(
+            f"set_hyperparams: {key!r} = {given!r}{rounded} is refused by {node.check.label}: {e}"
+        ) from e
+
+
+def _same(given: Any, stored: Any) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(given, np.float32), stored, equal_nan=True))
+    except (TypeError, ValueError):
+        return False
 
 
 def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:

@@ -406,6 +406,51 @@ def test_non_positive_transition_steps(make):
         make()
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: schedules.exponential_decay(1.0, 2, decay_rate=r),
+        lambda r: schedules.exponential_decay(1.0, 2, r, staircase=True, end_value=0.1),
+        lambda r: schedules.warmup_exponential_decay(0.0, 1.0, 2, 4, decay_rate=r),
+        lambda r: schedules.exponential_decay(1.0, 2, decay_rate=jnp.asarray(r)),
+    ],
+    ids=["exponential_decay", "staircase", "warmup_exponential_decay", "array"],
+)
+def test_a_zero_or_negative_decay_rate_is_refused(make):
+    # A zero rate would give [1, 0, 0, ...] (optax gives a constant instead): say what to use.
+    with pytest.raises(
+        ValueError,
+        match=r"`decay_rate` must be > 0: with 0 the value drops to 0 right after "
+        r"`transition_begin`. For a constant .* `schedules.constant\(init_value\)`; for a drop "
+        r"to 0 at a step use `schedules.piecewise_constant\(init_value, \{step: 0.0\}\)`",
+    ):
+        make(0.0)
+    with pytest.raises(ValueError, match=r"`decay_rate` must be > 0 \(a negative factor"):
+        make(-0.5)
+    # what stays meaningful: a small positive rate, and growth
+    for rate in (1e-3, 2.0):
+        value = float(make(rate)(6))
+        assert 0.0 < value < math.inf and value != 1.0, (rate, value)
+
+
+def test_the_suggested_replacements_give_what_a_zero_rate_meant():
+    constant = schedules.constant(1.0)
+    drop = schedules.piecewise_constant(1.0, {1: 0.0})
+    steps = jnp.arange(4)
+    np.testing.assert_array_equal(jax.vmap(constant)(steps), [1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(jax.vmap(drop)(steps), [1.0, 0.0, 0.0, 0.0])
+    # optax's exponential_decay with a zero rate is the constant
+    np.testing.assert_array_equal(
+        jax.vmap(optax.exponential_decay(1.0, 2, 0.0))(steps), jax.vmap(constant)(steps)
+    )
+
+
+def test_a_traced_decay_rate_is_not_checked():
+    # under vmap the rate is unknown at construction; a sweep builds and runs
+    values = jax.vmap(lambda r: schedules.exponential_decay(1.0, 2, r)(4))(jnp.array([0.5, 0.25]))
+    np.testing.assert_allclose(values, [0.25, 0.0625], rtol=1e-6)
+
+
 def test_non_positive_decay_steps():
     with pytest.raises(ValueError, match=r"`decay_steps` must be a positive"):
         schedules.cosine_decay(1.0, 0)

@@ -55,6 +55,14 @@ CASES = {
         lambda: optax.chain(optax.clip_by_global_norm(0.5), optax.adamw(1e-2)),
         lambda: gradtx.chain(gradtx.clip_by_global_norm(0.5), gradtx.adamw(1e-2)),
     ),
+    "inject-schedule": (
+        lambda: optax.inject_hyperparams(optax.adam)(
+            learning_rate=optax.linear_schedule(1e-2, 1e-3, 8), b1=0.8
+        ),
+        lambda: gradtx.inject_hyperparams(gradtx.adam)(
+            learning_rate=schedules.linear(1e-2, 1e-3, 8), b1=0.8
+        ),
+    ),
     "multi_transform-inject": (
         lambda: optax.multi_transform(
             {
@@ -214,8 +222,68 @@ def test_a_stateful_schedule_state_is_refused():
     params = _params()
     opt_state = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2).init(params)
     opt_state = opt_state._replace(hyperparams_states={"learning_rate": jnp.zeros(())})
-    tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=1e-2)
-    with pytest.raises(ValueError, match=r"opt_state .*stateful schedules \(\['learning_rate'\]\)"):
+    tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=schedules.linear(1e-2, 0.0, 9))
+    with pytest.raises(
+        ValueError,
+        match=r"opt_state.hyperparams_states\['learning_rate'\] .* is the state of a schedule; "
+        r"gradtx's inject_hyperparams\(adam\) has a Polynomial as 'learning_rate'",
+    ):
+        gradtx.from_optax(opt_state, tx, params)
+
+
+def _inject_linear(wrapped):
+    schedule = schedules.linear(1e-1, 1e-3, 5)  # ends inside the six steps
+    if wrapped:
+        schedule = schedules.WrappedSchedule(schedule)
+    return gradtx.inject_hyperparams(gradtx.adam)(learning_rate=schedule)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["schedule", "WrappedSchedule"])
+def test_an_injected_optax_schedule_continues_as_optax_would(wrapped):
+    otx = optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(1e-1, 1e-3, 5))
+    params, opt_state = _optax_run(otx, 3)
+    assert int(opt_state.hyperparams_states["learning_rate"].count) == 3
+    tx = _inject_linear(wrapped)
+    state, report = gradtx.from_optax(opt_state, tx, params)
+    assert report.clean, report
+    flat = gradtx.state_dict(state)
+    assert int(flat["count"]) == 3
+    if wrapped:  # the schedule's own count, carried over
+        assert int(flat["schedule_states/learning_rate"]) == 3
+    else:  # the schedule reads the injected count: nothing else to keep
+        assert not any(k.startswith("schedule_states") for k in flat)
+    got, state = _steps(tx, gradtx.apply_updates, params, state, 3)
+    want, want_state = _optax_run(otx, 6)
+    for path, value in gradtx.paths.leaves(want).items():
+        np.testing.assert_allclose(
+            gradtx.paths.leaves(got)[path], value, rtol=1e-5, atol=1e-7, err_msg=path
+        )
+    # the schedule has moved on: the last step used the sixth step's rate, as optax's did
+    np.testing.assert_allclose(
+        gradtx.hyperparams(state)["learning_rate"], want_state.hyperparams["learning_rate"]
+    )
+
+
+def test_a_schedule_count_apart_from_the_injected_count_is_refused():
+    otx = optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(1e-1, 1e-3, 5))
+    params, opt_state = _optax_run(otx, 3)
+    own = opt_state.hyperparams_states["learning_rate"]
+    opt_state = opt_state._replace(
+        hyperparams_states={"learning_rate": own._replace(count=jnp.asarray(1, jnp.int32))}
+    )
+    with pytest.raises(
+        ValueError, match=r"schedule for 'learning_rate' has taken 1 steps .* injected count is 3"
+    ):
+        gradtx.from_optax(opt_state, _inject_linear(False), params)
+    state, _ = gradtx.from_optax(opt_state, _inject_linear(True), params)  # keeps its own
+    assert int(gradtx.state_dict(state)["schedule_states/learning_rate"]) == 1
+
+
+def test_an_optax_schedule_against_a_gradtx_number_is_refused():
+    otx = optax.inject_hyperparams(optax.adam)(learning_rate=optax.linear_schedule(1e-1, 1e-3, 5))
+    params, opt_state = _optax_run(otx, 2)
+    tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=1e-1)
+    with pytest.raises(ValueError, match=r"\(WrappedScheduleState\) is the state of a schedule; "):
         gradtx.from_optax(opt_state, tx, params)
 
 
