@@ -12,7 +12,61 @@ from gradtx._core.protocol import Transformation, as_transformation, merge_descr
 from gradtx._core.widening import Widening, is_narrow, widening
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["Chain", "chain", "named_chain"]
+__all__ = ["Chain", "ChainState", "chain", "named_chain"]
+
+
+class ChainState(dict):
+    """A chain's state: a dict keyed by name, `{child name: child state}`.
+
+    It is a plain `dict` in every way but one: a key it lacks, a position above all
+    (`state[0]`, how an optax chain's tuple is read), raises a `KeyError` that lists its
+    names. As a pytree it is keyed like a dict, so `state_dict` keys, key paths and leaf
+    order are a dict's; its keys stay in the chain's order. (A flat chain, the optimizers
+    such as `adamw`, keeps its children's merged states in a plain dict, `{"mu": ...}`.)
+
+    Examples:
+        >>> state = gradtx.chain(gradtx.clip(1.0), gradtx.adam(0.1)).init({"w": jnp.ones(2)})
+        >>> list(state)
+        ['clip', 'adam']
+        >>> state[1]
+        Traceback (most recent call last):
+        ...
+        KeyError: "the state of a chain is keyed by name, not by position: ... state['adam'])."
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, key: Any) -> Any:
+        names = list(self)
+        shown = ", ".join(repr(n) for n in names[:8]) + (", ..." if len(names) > 8 else "")
+        if isinstance(key, int) and not isinstance(key, bool) and -len(names) <= key < len(names):
+            raise KeyError(
+                "the state of a chain is keyed by name, not by position: its keys, in order, "
+                f"are {shown} (read one as state[{names[key]!r}])."
+            )
+        example = f" (read one as state[{names[-1]!r}])" if names else ""
+        raise KeyError(
+            f"the state of a chain is keyed by name and has no key {key!r}: its keys are "
+            f"{shown or 'none'}{example}."
+        )
+
+
+def _flatten_chain_state(state: ChainState) -> tuple[list, tuple]:
+    keys = sorted(state)  # a dict's order, so the leaves and key paths are a dict's
+    return [(jax.tree_util.DictKey(k), state[k]) for k in keys], tuple(state)
+
+
+def _unflatten_chain_state(names: tuple, children: Any) -> ChainState:
+    by_name = dict(zip(sorted(names), children))
+    return ChainState((name, by_name[name]) for name in names)
+
+
+jax.tree_util.register_pytree_with_keys(
+    ChainState,
+    _flatten_chain_state,
+    _unflatten_chain_state,
+    lambda state: ([state[k] for k in sorted(state)], tuple(state)),
+)
 
 
 def _default_names(transforms: tuple[Transformation, ...]) -> tuple[str, ...]:
@@ -83,8 +137,11 @@ class Chain(Transformation):
         return {k: state[k] for k in keys} if self.flat else state[name]
 
     def init(self, params: Any) -> dict:
-        """`{name: child.init(params)}`, or the children's merged states if `flat`."""
-        state: dict = {}
+        """`{name: child.init(params)}` (a `ChainState`), or the children's merged states if `flat`.
+
+        A flat chain's state is a plain dict, as its stateful step's own state is.
+        """
+        state: dict = {} if self.flat else ChainState()
         for name, tx in zip(self.names, self.transforms):
             child = tx.init(params)
             if self.flat:
@@ -114,7 +171,8 @@ class Chain(Transformation):
         float32 and are rounded once, at the end, to the promoted dtype of the gradient and
         the state the children read for that path.
         """
-        new_state = dict(state) if isinstance(state, dict) else state
+        # a new dict of the same kind: the state keeps its structure from step to step
+        new_state = type(state)(state) if isinstance(state, dict) else state
         given = updates
         with widening() as block:
             if len(self.transforms) > 1:  # see gradtx/_core/widening.py
@@ -175,7 +233,8 @@ def chain(*transforms: Any) -> Chain:
         *transforms: the transformations, applied first to last.
 
     Returns:
-        A `Chain` whose state is `{name: state_of_that_child}`.
+        A `Chain` whose state is `{name: state_of_that_child}` (a `ChainState`: a dict that
+        says so when read by position, `state[0]`).
 
     Examples:
         >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))

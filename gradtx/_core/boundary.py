@@ -6,6 +6,10 @@ that every parameter path is present in the gradients, as an array or as a `None
 gradient", Equinox's convention), unless the caller declares the update partial:
 `tx.update(grads, state, params, partial=True)`. Inner calls (a chain's children, a partition's
 groups) inherit the outermost call's declaration, since combinators hand them the same paths.
+
+The outermost call also checks that each gradient has its parameter's shape, and, traced as
+the body of a loop that carries the state, that the state keeps its structure. All of it
+runs while tracing: the compiled step holds none of it.
 """
 
 from __future__ import annotations
@@ -19,9 +23,19 @@ from typing import Any
 import jax
 import numpy as np
 
+from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import is_unit
+from gradtx._paths.subset import present_paths
 
-__all__ = ["check_complete", "check_leaves", "declared", "outermost", "partial_allowed"]
+__all__ = [
+    "check_complete",
+    "check_leaves",
+    "check_shapes",
+    "check_stable_carry",
+    "declared",
+    "outermost",
+    "partial_allowed",
+]
 
 _local = threading.local()
 
@@ -128,3 +142,102 @@ def check_leaves(owner: str, what: str, paths: list[str], leaves: list[Any]) -> 
                 "parameters cannot be trained by gradient steps. Leave them out of the params "
                 f"(or freeze or mask them, with `None` as their gradient). {_FILTER_HINT}"
             )
+
+
+def check_shapes(owner: str, paths: list[str], grads: list[Any], params: dict[str, Any]) -> None:
+    """Raise if a gradient's shape differs from its parameter's (`params`: `{path: leaf}`).
+
+    Dtypes may differ (bfloat16 gradients of float32 params); shapes may not. `None`
+    leaves on either side are skipped, and packed trees are compared by their layouts where
+    the update runs.
+    """
+    for path, g in zip(paths, grads):
+        if g is None or is_unit(g):
+            continue
+        param = params.get(path)
+        if param is None or is_unit(param):
+            continue
+        have, want = tuple(np.shape(g)), tuple(np.shape(param))
+        if have != want:
+            raise ValueError(
+                f"{owner}: at path {path!r} the update has shape {have} but the parameter has "
+                f"shape {want}. Each gradient must have its parameter's shape (only its dtype "
+                "may differ): check that the gradients were taken of these params."
+            )
+
+
+# The loops whose body's carry must keep one structure, by the name JAX traces them under.
+_LOOPS = {
+    "scan": "jax.lax.scan",
+    "fori_loop": "jax.lax.fori_loop",
+    "while_body": "jax.lax.while_loop",
+}
+
+
+def _carrying_loop(state: Any) -> str | None:
+    """The loop whose body is being traced with `state` among its own values, or None.
+
+    JAX names what it traces a function for (`scan`, `jit`, ...); a state whose arrays are
+    values of that very trace came in through the body's arguments: the carry (or a slice
+    of the loop's inputs). Anything JAX does not say reads as no loop.
+    """
+    try:
+        from jax._src import core
+
+        trace = core.trace_ctx.trace
+        loop = _LOOPS.get(trace.frame.debug_info.traced_for)
+    except (AttributeError, ImportError):
+        return None
+    if loop is None:
+        return None
+    for leaf in jax.tree_util.tree_leaves(state):
+        if isinstance(leaf, jax.core.Tracer):
+            return loop if getattr(leaf, "_trace", None) is trace else None
+    return None
+
+
+def _split_counts(state: Any, new_state: Any) -> list[str]:
+    """Where in `state` a `StepCounts` is kept in other groups in `new_state` (`adam/count`)."""
+    is_counts = lambda x: isinstance(x, StepCounts)  # noqa: E731
+    old = jax.tree_util.tree_flatten_with_path(state, is_leaf=is_counts)[0]
+    new = dict(jax.tree_util.tree_flatten_with_path(new_state, is_leaf=is_counts)[0])
+    out = []
+    for key, counts in old:
+        after = new.get(key)
+        if is_counts(counts) and is_counts(after) and after.layout != counts.layout:
+            out.append(jax.tree_util.keystr(key, simple=True, separator="/"))
+    return out
+
+
+def check_stable_carry(owner: str, updates: Any, state: Any, new_state: Any) -> None:
+    """Raise if, in a loop body that carries `state`, the update changed its structure.
+
+    A partial update from a state whose step counts all paths share keeps them one per path
+    from then on (see gradtx/_layouts/step_counts.py): a new layout, which a loop's carry
+    cannot take. JAX would refuse the carry without saying why or what to do.
+    """
+    loop = _carrying_loop(state)
+    if loop is None or jax.tree.structure(new_state) == jax.tree.structure(state):
+        return
+    split = _split_counts(state, new_state)
+    if not split:
+        raise TypeError(
+            f"{owner}: inside `{loop}`, this update returns a state of another structure than "
+            "the state it was given, which the loop's carry cannot take. Start the loop from "
+            "the state of one step taken before it."
+        )
+    present = set(present_paths(updates))
+    counts = jax.tree_util.tree_leaves(state, is_leaf=lambda x: isinstance(x, StepCounts))
+    absent = sorted({p for c in counts if isinstance(c, StepCounts) for p in c} - present)
+    shown = ", ".join(repr(p) for p in absent[:4]) + (", ..." if len(absent) > 4 else "")
+    where = ", ".join(repr(w) for w in split[:4]) + (", ..." if len(split) > 4 else "")
+    raise TypeError(
+        f"{owner}: inside `{loop}`, this update leaves out {shown} (`None` or absent "
+        f"gradients), so the step counts at {where}, one value shared by their paths until "
+        "now, become one value per path: the state coming out of the loop body is laid out "
+        "differently from the state going in, which the loop's carry cannot be. Start the "
+        "loop from a state that has taken such a partial step already: run the first step "
+        "before the loop (`updates, state = tx.update(grads, state, params)`) and loop over "
+        "the rest. From then on the counts stay one per path, whichever paths a step leaves "
+        "out."
+    )

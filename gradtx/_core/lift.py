@@ -40,6 +40,7 @@ from gradtx._layouts.packed import (
     Packed,
     check_same_layout,
     join_leaves,
+    join_path,
     reading_views,
     slice_leaf,
 )
@@ -180,10 +181,12 @@ def init_slots(
         where: optional set of paths; others get no slots.
         step_counts: slots that count a path's updates (the same start for every path, one
             more per update of the path): they are kept as `StepCounts`, one scalar shared
-            by all paths until a partial update makes them differ. Packed params keep a
-            count per buffer instead.
+            by all paths until a partial update makes them differ, which also record each
+            parameter's shape (`update_slots` checks the gradients against it). Packed
+            params keep a count per buffer instead.
     """
     slots: Slots = {name: {} for name in names}
+    shapes: dict[str, tuple] = {}  # each parameter's own shape, for its step counts
     paths, leaves, _ = flatten(params)
     for path, param in zip(paths, leaves):
         if is_unit(param):
@@ -202,6 +205,7 @@ def init_slots(
                 "out of the params (`eqx.filter(model, eqx.is_inexact_array)` for an Equinox "
                 "module), freeze it (`gradtx.freeze`) or mask it out (`gradtx.masked`)."
             )
+        shapes[path] = tuple(param.shape)
         if is_complex(param):  # complex as pairs of reals: state in the real layout
             param = to_real(param)
         for name, value in leaf_init(param).items():
@@ -209,7 +213,8 @@ def init_slots(
     for name in step_counts:
         values = slots[name]
         if not any(is_unit(v) for v in values.values()):
-            slots[name] = StepCounts.shared(values, next(iter(values.values()), None))
+            first = next(iter(values.values()), None)
+            slots[name] = StepCounts.shared(values, first, shapes)
     return slots
 
 
@@ -318,6 +323,12 @@ def update_slots(
         The new updates (same structure as `updates`) and the new slots, in which only the
         transformed paths changed; each slot keeps its dtype. A `StepCounts` slot advances
         by one for the transformed paths, whatever `leaf_update` returned for it.
+
+    Raises:
+        ValueError: the state of a path was made for a parameter of another shape than its
+            gradient's (a count's recorded shape differs, the math would change a slot's
+            shape, or it fails on a slot of the gradient's rank and another shape), naming
+            the path, the shapes and `gradtx.reconcile`.
     """
     paths, leaves, treedef = flatten(updates)
     by_path = _params_by_path(params, owner, needs_params)
@@ -369,24 +380,86 @@ def update_slots(
                     f"the parameter has shape {tuple(np.shape(param))}."
                 )
         check_same_kind(g, param, owner, path)
-        if is_complex(g):  # complex as pairs of reals (see gradtx/_layouts/complex.py)
-            real = None if param is None else to_real(param)
-            u, changed = leaf_update(to_real(g), leaf_slots, real)
-            u = from_real(u, g.dtype)
-        else:
-            g_, param_ = in_state_layout(g, param, leaf_slots) if on_explicit_axes else (g, param)
-            u, changed = leaf_update(g_, leaf_slots, param_)
-            u = cast(u, update_dtype(g, _only(leaf_slots, read), path))
+        _check_counted_shape(owner, path, g, slots, counts | shared)
+        try:
+            if is_complex(g):  # complex as pairs of reals (see gradtx/_layouts/complex.py)
+                real = None if param is None else to_real(param)
+                u, changed = leaf_update(to_real(g), leaf_slots, real)
+                u = from_real(u, g.dtype)
+            else:
+                g_, param_ = (
+                    in_state_layout(g, param, leaf_slots) if on_explicit_axes else (g, param)
+                )
+                u, changed = leaf_update(g_, leaf_slots, param_)
+                u = cast(u, update_dtype(g, _only(leaf_slots, read), path))
+        except (TypeError, ValueError, IndexError) as e:
+            # Math that failed on a state made for another shape: say so, not where it broke.
+            _check_state_shapes(
+                owner, path, g, {n: v for n, v in leaf_slots.items() if n in read}, e
+            )
+            raise
         out.append(u)
         advanced.add(path)
         for name, value in changed.items():
             if name not in counts:
-                new_slots[name][path] = cast(value, leaf_slots[name].dtype)
+                old = leaf_slots[name]
+                if np.shape(value) != np.shape(old):  # the math broadcast the state
+                    raise _made_for_another_shape(
+                        owner, path, g, f"its state {name!r} has shape {np.shape(old)}"
+                    )
+                new_slots[name][path] = cast(value, old.dtype)
     for name in counts:
         new_slots[name] = slots[name].advanced(advanced)
     for name in shared:
         new_slots[name] = slots[name].updated({p: new_slots[name][p] for p in advanced})
     return treedef.unflatten(out), {name: new_slots[name] for name in slots}
+
+
+def _made_for_another_shape(owner: str, path: str, g: Any, state: str) -> ValueError:
+    if is_complex(g) and "step count" not in state:
+        state += " (a complex parameter's state holds its real and imaginary parts: (2, *shape))"
+    return ValueError(
+        f"{owner}: the gradient at {path!r} has shape {tuple(np.shape(g))}, but the state "
+        f"there was made for a parameter of another shape: {state}. The params changed since "
+        "`init`: call `state, report = gradtx.reconcile(tx, state, params)`, which keeps the "
+        "state of unchanged paths and initialises the changed ones anew."
+    )
+
+
+def _check_counted_shape(
+    owner: str, path: str, g: Any, slots: Slots, counts: Iterable[str]
+) -> None:
+    """Raise if a step count of `path` was made for a parameter of another shape than `g`'s.
+
+    A count is a scalar, so `init` records its parameter's shape in the count's layout.
+    """
+    for name in counts:
+        made = slots[name].shape(path)
+        if made is not None and made != tuple(np.shape(g)):
+            raise _made_for_another_shape(
+                owner, path, g, f"its step count {name!r} was made for shape {made}"
+            )
+        return  # the counts of one state record the same shapes
+
+
+def _check_state_shapes(
+    owner: str, path: str, g: Any, leaf_slots: dict[str, Any], error: Exception
+) -> None:
+    """After math failed on `path`: raise naming a state array not shaped like `g`.
+
+    Suspects are arrays of as many dimensions as the math's gradient, and others whose shape
+    the error names beside the gradient's (JAX's "incompatible shapes: (3, 2), (3,)"): state
+    of another rank (factored moments, per-path scalars) is otherwise meant to differ.
+    """
+    shape = tuple(np.shape(to_real(g) if is_complex(g) else g))
+    told = str(error)
+    for name, value in leaf_slots.items():
+        own = tuple(np.shape(value))
+        named = str(own) in told and str(shape) in told
+        if own and own != shape and (len(own) == len(shape) or named):
+            raise _made_for_another_shape(
+                owner, path, g, f"its state {name!r} has shape {own}"
+            ) from error
 
 
 def map_updates(
@@ -425,6 +498,7 @@ def _update_unit(
     """`update_slots` for packed params: the math per buffer (or per leaf if `per_leaf`)."""
     reject_complex_packed(g.buffers, owner, path)
     for name, value in leaf_slots.items():
+        _check_packed_shapes(owner, path, g, name, value)
         check_same_layout(g, value, f"{owner} (state {name!r})", path)
     if param is None and needs_params:
         raise KeyError(f"{owner}: the params have no leaf at path {path!r}.")
@@ -463,6 +537,23 @@ def _update_unit(
     return g.replace(tuple(new_u)), {
         name: g.replace(tuple(buffers)) for name, buffers in new_slots.items()
     }
+
+
+def _check_packed_shapes(owner: str, path: str, g: Packed, name: str, state: Any) -> None:
+    """Raise if packed state `name` was made for leaves of other shapes than `g`'s, naming them."""
+    if not isinstance(state, Packed) or state.layout == g.layout:
+        return
+    made = {spec.path: spec.shape for spec in state.layout.specs}
+    for spec in g.layout.specs:
+        if spec.path in made and made[spec.path] != spec.shape:
+            where = join_path(path, spec.path)
+            raise ValueError(
+                f"{owner}: the packed gradient at {where!r} has shape {spec.shape}, but the "
+                f"packed state {name!r} was made for a parameter of shape {made[spec.path]} "
+                "there. The params changed since `init`: call `state, report = "
+                "gradtx.reconcile(tx, state, params)`, which keeps the state of unchanged paths "
+                "and initialises the changed ones anew."
+            )
 
 
 def _check_splittable(slots_g: dict[str, Any], owner: str, path: str) -> None:

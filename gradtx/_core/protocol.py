@@ -12,10 +12,17 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from gradtx._core.boundary import check_complete, check_leaves, declared, outermost
+from gradtx._core.boundary import (
+    check_complete,
+    check_leaves,
+    check_shapes,
+    check_stable_carry,
+    declared,
+    outermost,
+)
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.foreign import factory_name, injected_hyperparams, keyed, plain
-from gradtx._core.module import Module, static
+from gradtx._core.module import Module, check_scalar_hyperparams, static
 from gradtx._core.statistics import reading_replaced
 from gradtx._core.update_layout import explicit, like_params, like_state
 from gradtx._paths.paths import flatten
@@ -127,8 +134,10 @@ def _is_real_number(dtype: Any) -> bool:
 
 
 def _checking_paths(update: Any) -> Any:
-    """`update` that first checks that the gradients cover the params' paths.
+    """`update` that first checks the hyperparameters' shapes and the gradients' paths.
 
+    The hyperparameters must be scalars; the gradients must cover the params' paths and have
+    their shapes (see `takes_param_shaped_gradients`).
     Only in the user's own call, not a combinator's (see gradtx/_core/boundary.py), and at
     trace time only, since it runs inside the eager dispatch.
     """
@@ -138,6 +147,7 @@ def _checking_paths(update: Any) -> Any:
         self: Any, updates: Any, state: Any, params: Any = None, **extra: Any
     ) -> tuple[Any, Any]:
         if outermost():
+            check_scalar_hyperparams(self, self.name)
             given, grads, _ = flatten(updates)
             check_leaves(self.name, "gradients", given, grads)
             if params is not None:
@@ -146,11 +156,28 @@ def _checking_paths(update: Any) -> Any:
                 with_grad = {p for p, g in zip(given, grads) if g is not None}
                 chosen = [(p, x) for p, x in zip(wanted, leaves) if p in with_grad]
                 check_leaves(self.name, "params", [p for p, _ in chosen], [x for _, x in chosen])
+                if takes_param_shaped_gradients(self):
+                    check_shapes(self.name, given, grads, dict(chosen))
                 present = (p for p, x in zip(wanted, leaves) if x is not None)
                 check_complete(self.name, given, present)
         return update(self, updates, state, params, **extra)
 
     return wrapper
+
+
+def takes_param_shaped_gradients(tx: Any) -> bool:
+    """Whether `tx` and every transformation inside it take gradients shaped like the params.
+
+    Per-example clipping takes a batch of gradients per parameter, and a wrapped optax
+    transformation may too (differential privacy), so with one of them inside, the user's
+    own call leaves the gradients' shapes to the steps that read them.
+    """
+    if not getattr(tx, "gradients_like_params", True):
+        return False
+    inner = jax.tree_util.tree_leaves(
+        tx, is_leaf=lambda x: x is not tx and isinstance(x, Transformation)
+    )
+    return all(takes_param_shaped_gradients(x) for x in inner if isinstance(x, Transformation))
 
 
 def _laid_out_like_params(update: Any) -> Any:
@@ -159,7 +186,9 @@ def _laid_out_like_params(update: Any) -> Any:
     Each update takes its parameter's layout, each state leaf its own from the step before.
     See gradtx/_core/update_layout.py; a combinator's inner calls leave them as the math
     made them. The outermost call also has each statistic read the value it replaces, so
-    that a donated state keeps every buffer aliased to its own new value (`reading_replaced`).
+    that a donated state keeps every buffer aliased to its own new value (`reading_replaced`),
+    and, traced as a loop's body, checks that the state keeps its structure
+    (`check_stable_carry`).
     """
 
     @functools.wraps(update)
@@ -169,6 +198,7 @@ def _laid_out_like_params(update: Any) -> Any:
         new_updates, new_state = update(self, updates, state, params, **extra)
         if not outermost():
             return new_updates, new_state
+        check_stable_carry(self.name, updates, state, new_state)
         if explicit(updates):
             new_state = like_state(new_state, state)
             if params is not None:
@@ -211,6 +241,9 @@ class Transformation(Module):
     """
 
     name: ClassVar[str] = "transformation"
+    # Whether `update` takes gradients shaped like their params: the user's own call then
+    # checks their shapes. Per-example clipping takes a batch of them per parameter.
+    gradients_like_params: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -323,6 +356,8 @@ class ForeignTransform(Transformation):
 
     inner: Any = static()
     label: str = static("optax")
+    # optax's own per-example transformations (differential privacy) take a batch axis.
+    gradients_like_params: ClassVar[bool] = False
 
     @property
     def name(self) -> str:  # type: ignore[override]

@@ -10,10 +10,15 @@ leaves some paths out, it keeps one scalar per path, as before (so the state's l
 changes once at most, and under `jit` that step is traced again). Loading a checkpoint
 groups the paths whose counts are equal. It reads like the `{path: count}` dict it
 replaces, and `state_dict` and checkpoints see one entry per path.
+
+Its layout also records the shape of each path's parameter at `init`, as static structure:
+a count holds no shape of its own, and a state whose only per-path entry is a count would
+otherwise not notice that the params it meets are not those it was made for.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -28,19 +33,31 @@ from gradtx._paths.subset import present_paths
 __all__ = ["StepCounts", "aligned", "group_counts", "next_count", "split_where_absent"]
 
 
+Shape = tuple[int, ...]
+
+
 class CountLayout:
     """Which paths share which count: `groups[i]` holds the paths of the i-th value.
 
-    `order` is the paths' tree order, the order in which they are listed.
+    `order` is the paths' tree order, the order in which they are listed. `shapes`, when
+    known, holds the shape of each path's parameter at `init`, in `order`.
     """
 
-    __slots__ = ("_hash", "groups", "index", "order")
+    __slots__ = ("_by_path", "_hash", "_nnx_keys", "groups", "index", "order", "shapes")
 
-    def __init__(self, groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        groups: tuple[tuple[str, ...], ...],
+        order: tuple[str, ...],
+        shapes: tuple[Shape, ...] | None = None,
+    ) -> None:
         self.groups = groups
         self.order = order
+        self.shapes = shapes
         self.index = {path: i for i, paths in enumerate(groups) for path in paths}
-        self._hash = hash((groups, order))
+        self._hash = hash((groups, order, shapes))
+        self._nnx_keys: tuple[str, ...] | None = None
+        self._by_path: dict[str, Shape] | None = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -50,7 +67,25 @@ class CountLayout:
             isinstance(other, CountLayout)
             and self.groups == other.groups
             and self.order == other.order
+            and self.shapes == other.shapes
         )
+
+    def shape_of(self, path: str) -> Shape | None:
+        """The shape of `path`'s parameter at `init`, or None where it was not recorded."""
+        if self.shapes is None:
+            return None
+        if self._by_path is None:  # layouts are shared (see `_layout`): built once each
+            self._by_path = dict(zip(self.order, self.shapes))
+        return self._by_path.get(path)
+
+    def nnx_keys(self) -> tuple[str, ...]:
+        """One key per group for Flax NNX: its first path, and how many paths it holds."""
+        if self._nnx_keys is None:
+            self._nnx_keys = tuple(
+                paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+                for paths in self.groups
+            )
+        return self._nnx_keys
 
     def __repr__(self) -> str:
         return f"CountLayout({len(self.order)} paths in {len(self.groups)} groups)"
@@ -61,10 +96,23 @@ class CountLayout:
 _LAYOUTS: BoundedCache = BoundedCache(1024)
 
 
-def _layout(groups: tuple[tuple[str, ...], ...], order: tuple[str, ...]) -> CountLayout:
-    layout = CountLayout(groups, order)
+def _layout(
+    groups: tuple[tuple[str, ...], ...],
+    order: tuple[str, ...],
+    shapes: tuple[Shape, ...] | None = None,
+) -> CountLayout:
+    layout = CountLayout(groups, order, shapes)
     live = _LAYOUTS.get(layout)
     return _LAYOUTS.remember(layout, layout) if live is None else live
+
+
+def _shapes_in_order(
+    order: tuple[str, ...], shapes: Mapping[str, Any] | None
+) -> tuple[Shape, ...] | None:
+    """`shapes` (`{path: shape}`) as a tuple in `order`; None unless every path has one."""
+    if shapes is None or any(path not in shapes for path in order):
+        return None
+    return tuple(tuple(int(n) for n in shapes[path]) for path in order)
 
 
 class StepCounts(Mapping):
@@ -85,10 +133,22 @@ class StepCounts(Mapping):
         self.scalars = tuple(values)
 
     @classmethod
-    def shared(cls, paths: Iterable[str], value: Any) -> StepCounts:
-        """One count `value` shared by all `paths`."""
+    def shared(
+        cls, paths: Iterable[str], value: Any, shapes: Mapping[str, Any] | None = None
+    ) -> StepCounts:
+        """One count `value` shared by all `paths`.
+
+        `shapes` (`{path: shape}`) records the shape of each path's parameter, as `init`
+        saw it; `shape` reads it back.
+        """
+        _register_with_nnx()
         paths = tuple(paths)
-        return cls(_layout((paths,) if paths else (), paths), (value,) if paths else ())
+        layout = _layout((paths,) if paths else (), paths, _shapes_in_order(paths, shapes))
+        return cls(layout, (value,) if paths else ())
+
+    def shape(self, path: str) -> Shape | None:
+        """The shape of `path`'s parameter when the state was made (None if not recorded)."""
+        return self.layout.shape_of(path)
 
     def __getitem__(self, path: str) -> Any:
         return self.scalars[self.layout.index[path]]
@@ -149,7 +209,8 @@ class StepCounts(Mapping):
         if len(self.layout.groups) == len(self.layout.order):
             return self
         order = self.layout.order
-        return StepCounts(_layout(tuple((p,) for p in order), order), [self[p] for p in order])
+        layout = _layout(tuple((p,) for p in order), order, self.layout.shapes)
+        return StepCounts(layout, [self[p] for p in order])
 
 
 def split_where_absent(state: Any, updates: Any) -> Any:
@@ -189,9 +250,10 @@ def aligned(slots: dict[str, Any]) -> dict[str, Any]:
 
 
 def _aligned(tree: Any) -> Any:
-    """`aligned` applied to every dict of `tree` (a state)."""
+    """`aligned` applied to every dict of `tree` (a state), each dict kept of its own type."""
     if isinstance(tree, dict) and not isinstance(tree, StepCounts):
-        return aligned({k: _aligned(v) for k, v in tree.items()})
+        out = aligned({k: _aligned(v) for k, v in tree.items()})
+        return out if type(tree) is dict else type(tree)(out)
     return tree
 
 
@@ -223,11 +285,13 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def group_counts(by_path: dict[str, Any]) -> StepCounts:
+def group_counts(by_path: dict[str, Any], like: StepCounts | None = None) -> StepCounts:
     """`StepCounts` holding `by_path`'s counts, paths with equal known values grouped.
 
-    Values that are not known (traced) each keep a group of their own.
+    Values that are not known (traced) each keep a group of their own. The parameters'
+    shapes are those `like` recorded (a loaded state's template, made by `init`), if any.
     """
+    _register_with_nnx()
     groups: dict[Any, list[str]] = {}
     values: dict[Any, Any] = {}
     for path, value in by_path.items():
@@ -239,5 +303,57 @@ def group_counts(by_path: dict[str, Any]) -> StepCounts:
             key = ("value", np.asarray(value).item(), str(jnp.result_type(value)))
         groups.setdefault(key, []).append(path)
         values.setdefault(key, value)
-    layout = _layout(tuple(tuple(paths) for paths in groups.values()), tuple(by_path))
+    order = tuple(by_path)
+    shapes = None
+    if like is not None and like.layout.shapes is not None:
+        shapes = _shapes_in_order(order, dict(zip(like.layout.order, like.layout.shapes)))
+    layout = _layout(tuple(tuple(paths) for paths in groups.values()), order, shapes)
     return StepCounts(layout, [values[key] for key in groups])
+
+
+# Flax NNX writes a new optimizer state into `nnx.Optimizer.opt_state` in place, key by key
+# (`nnx.update`), and cannot do so into a node it does not know how to change. Registered
+# with NNX, a `StepCounts` node is keyed by group (its first path, and how many paths it
+# holds), so a state whose counts are grouped otherwise fails there with a message naming
+# the fix: keyed by position, as NNX keys other pytrees, it would fail with "Cannot set key",
+# or, where only the number of groups agrees, write counts to the wrong paths.
+_nnx_registered = False
+
+_NNX_FIX = (
+    "Put the whole state in instead: `optimizer.opt_state = jax.tree.map(nnx.OptArray, state)`."
+)
+
+
+def _nnx_flatten(counts: StepCounts) -> tuple[list[tuple[str, Any]], CountLayout]:
+    return sorted(zip(counts.layout.nnx_keys(), counts.scalars)), counts.layout
+
+
+def _nnx_unflatten(nodes: Iterable[tuple[str, Any]], layout: CountLayout) -> StepCounts:
+    by_key = dict(nodes)
+    return StepCounts(layout, [by_key[key] for key in layout.nnx_keys()])
+
+
+def _nnx_set_key(counts: StepCounts, key: Any, value: Any) -> None:
+    keys = counts.layout.nnx_keys()
+    shown = ", ".join(repr(k) for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+    raise ValueError(
+        f"nnx.update cannot write these step counts in place: they are kept in {len(keys)} "
+        f"group(s) ({shown}), and the state written has no group {key!r}. Its counts are "
+        "grouped otherwise (a restored checkpoint keeps one count per group of equal counts), "
+        f"or it is a plain gradtx state rather than `nnx.state(state)`. {_NNX_FIX}"
+    )
+
+
+def _register_with_nnx() -> None:
+    """Register `StepCounts` with Flax NNX once NNX is in use (see the comment above)."""
+    global _nnx_registered
+    if _nnx_registered or "flax.nnx" not in sys.modules:
+        return
+    _nnx_registered = True
+    try:
+        from flax.nnx import graphlib
+    except ImportError:  # a Flax without the NNX graph registry: its own errors then
+        return
+    register = getattr(graphlib, "register_pytree_node_type", None)
+    if register is not None and StepCounts not in getattr(graphlib, "PYTREE_REGISTRY", {}):
+        register(StepCounts, _nnx_flatten, _nnx_unflatten, set_key=_nnx_set_key)

@@ -189,7 +189,8 @@ def _merge_counts(
         {
             name: _take(key, default, flat, missing, mismatched)
             for (key, default), name in zip(template.items(path), template)
-        }
+        },
+        like=template,
     )
 
 

@@ -25,6 +25,7 @@ class PerExampleGlobalNormClip(Transformation, KeepsStatistics):
     """Clip each example's gradient, sum over the batch (see `per_example_global_norm_clip`)."""
 
     name: ClassVar[str] = "per_example_global_norm_clip"
+    gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
     l2_norm_clip: Any = hyperparam(check=positive)
     keep_statistics: bool = static(True)
 
@@ -154,6 +155,7 @@ class PerExampleLayerNormClip(Transformation, KeepsStatistics):
     """Clip each example's leaves, sum over the batch (see `per_example_layer_norm_clip`)."""
 
     name: ClassVar[str] = "per_example_layer_norm_clip"
+    gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
     global_l2_norm_clip: Any = hyperparam(check=positive)
     uniform: bool = static(True)
     keep_statistics: bool = static(True)

@@ -31,6 +31,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
     """Clip per example, sum, add noise, average (see `differentially_private_aggregate`)."""
 
     name: ClassVar[str] = "differentially_private_aggregate"
+    gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
     l2_norm_clip: Any = hyperparam(check=positive, required=True)
     noise_multiplier: Any = hyperparam(check=non_negative, required=True)
     key: Any = field(default=0, converter=_raw_key)

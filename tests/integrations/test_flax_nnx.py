@@ -9,6 +9,7 @@ leaf; gradtx gives the value inside it the Variable's own path (`l1/kernel`, not
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -380,3 +381,73 @@ def test_a_key_given_as_a_jax_array_is_data():
     assert _no_data(tx)
     _, _, losses = _train(tx, steps=3)
     assert np.all(np.isfinite(losses))
+
+
+# --- resuming: a checkpoint put into a new `nnx.Optimizer` -------------------------------------
+
+
+def _resume(tx: Any, file: Any) -> tuple[MLP, Any]:
+    """A new model and optimizer (other weights), the checkpoint put in whole."""
+    model = _model(seed=7)
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    params, state, report = gradtx.restore(file, tx, nnx.state(model, nnx.Param))
+    assert report.clean
+    nnx.update(model, params)
+    optimizer.opt_state = jax.tree.map(nnx.OptArray, state)
+    return model, optimizer
+
+
+@pytest.mark.parametrize("make", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_checkpoint_resumes_into_a_new_optimizer_and_goes_on_alike(make, tmp_path):
+    tx = make()
+    model, optimizer, _ = _train(tx, steps=3)
+    file = tmp_path / "checkpoint.safetensors"
+    params = nnx.as_pure(nnx.state(model, nnx.Param))
+    gradtx.save(file, params, nnx.as_pure(optimizer.opt_state), tx=tx)
+    resumed_model, resumed = _resume(tx, file)
+    # the model's batch statistics are no params: carry them over as Flax does
+    nnx.update(resumed_model, nnx.state(model, nnx.BatchStat))
+    step, (x, y) = _make_step(), _data()
+    going_on = [float(step(model, optimizer, x, y)) for _ in range(4)]
+    resumed_on = [float(step(resumed_model, resumed, x, y)) for _ in range(4)]
+    assert resumed_on == going_on  # the same compiled step on the same values: bit for bit
+    for path, value in _arrays(model).items():
+        np.testing.assert_array_equal(_arrays(resumed_model)[path], value, err_msg=path)
+
+
+def _per_path_counts(tx: Any) -> tuple[MLP, Any, dict]:
+    """A trained optimizer and its flat state, one count changed: counts grouped apart."""
+    model, optimizer, _ = _train(tx, steps=2)
+    flat = dict(gradtx.state_dict(nnx.as_pure(optimizer.opt_state)))
+    flat["count/l1/bias"] = np.int32(9)
+    return model, optimizer, flat
+
+
+def test_a_state_grouped_otherwise_goes_in_whole_and_nnx_update_names_the_fix():
+    tx = gradtx.adamw(1e-2)
+    model, optimizer, flat = _per_path_counts(tx)
+    state, report = gradtx.load_state_dict(tx, nnx.state(model, nnx.Param), flat)
+    assert report.clean and len(state["count"].layout.groups) == 2
+    fix = re.escape("optimizer.opt_state = jax.tree.map(nnx.OptArray, state)")
+    with pytest.raises(ValueError, match=rf"cannot write these step counts in place.*{fix}"):
+        nnx.update(optimizer.opt_state, nnx.state(state))
+    # the plain state (not `nnx.state(state)`): the same message, not "Cannot set key"
+    with pytest.raises(ValueError, match=rf"no group 'bn/bias'.*{fix}"):
+        nnx.update(optimizer.opt_state, state)
+    optimizer.opt_state = jax.tree.map(nnx.OptArray, state)
+    step, (x, y) = _make_step(), _data()
+    step(model, optimizer, x, y)
+    counts = gradtx.state_dict(nnx.as_pure(optimizer.opt_state))
+    assert int(counts["count/l1/bias"]) == 10 and int(counts["count/l1/kernel"]) == 3
+
+
+def test_a_state_grouped_alike_is_written_in_place():
+    tx = gradtx.chain(gradtx.clip_by_global_norm(0.5), gradtx.adamw(1e-2))
+    model, optimizer, _ = _train(tx, steps=2)
+    flat = gradtx.state_dict(nnx.as_pure(optimizer.opt_state))
+    other = nnx.Optimizer(_model(seed=3), tx, wrt=nnx.Param)
+    state, _ = gradtx.load_state_dict(tx, nnx.state(model, nnx.Param), flat)
+    nnx.update(other.opt_state, nnx.state(state))
+    got = gradtx.state_dict(nnx.as_pure(other.opt_state))
+    for key, value in flat.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
