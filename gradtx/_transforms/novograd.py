@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.packed import reject_packed
@@ -40,6 +40,8 @@ class ScaleByNovograd(ElementwiseTransform):
     def needs_params(self) -> bool:  # type: ignore[override]
         """The params are needed only with weight decay."""
         return self.weight_decay is not None
+
+    float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the second moment", None)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu`, the per-array second moment `nu` and the path's `count`."""

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
 from gradtx._layouts.step_counts import next_count
@@ -26,6 +26,8 @@ class ScaleByAcprop(ElementwiseTransform):
     b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-16, check=non_negative)
     eps_root: Any = hyperparam(1e-16, check=non_negative)
+
+    float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the centred second moment", None)
 
     def state_keys(self) -> tuple[str, ...]:
         """The first moment `mu`, the centred second moment `nu` and the path's `count`."""

@@ -7,7 +7,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.elementwise import (
+    ElementwiseTransform,
+    Float16Check,
+    hyperparam_at,
+)
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
@@ -28,6 +32,8 @@ class ScaleByAdemamix(ElementwiseTransform):
     eps: Any = hyperparam(1e-8, check=non_negative)
     eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
+
+    float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the second moment", "mu_dtype")
 
     def state_keys(self) -> tuple[str, ...]:
         """The fast and slow momenta `m1`, `m2`, the second moment `nu` and the `count`."""

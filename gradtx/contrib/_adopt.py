@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
@@ -39,6 +39,8 @@ class ScaleByAdopt(ElementwiseTransform):
     nesterov: bool = static(False)
     use_clipping: bool = static(True)
     clip_value_fn: Callable[[Any], Any] = static(quarter_power, converter=_static_fn)
+
+    float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the second moment", None)
 
     def state_keys(self) -> tuple[str, ...]:
         """First moment `mu`, second moment `nu`, and the path's step `count`."""

@@ -7,7 +7,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.elementwise import (
+    ElementwiseTransform,
+    Float16Check,
+    hyperparam_at,
+)
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
 from gradtx._layouts.step_counts import next_count
@@ -26,6 +30,10 @@ class ScaleByMadgrad(ElementwiseTransform):
     learning_rate: Any = hyperparam(required=True)
     momentum: Any = hyperparam(0.9, check=decay_rate)
     eps: Any = hyperparam(1e-6, check=non_negative)
+
+    float16_check: ClassVar[Float16Check] = Float16Check(
+        ("grad_sum_sq",), "the sum of squared gradients", None
+    )
 
     def state_keys(self) -> tuple[str, ...]:
         """The weighted sums `grad_sum_sq` and `s`, the start `x0` and the path's `count`."""

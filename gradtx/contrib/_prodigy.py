@@ -6,7 +6,12 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.elementwise import (
+    ElementwiseTransform,
+    Float16Check,
+    hyperparam_at,
+    warn_float16_statistics,
+)
 from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._layouts.step_counts import next_count
@@ -45,6 +50,8 @@ class Prodigy(ElementwiseTransform):
     weight_decay: Any = hyperparam(0.0)
     safeguard_warmup: bool = static(False)
 
+    float16_check: ClassVar[Float16Check] = Float16Check(("exp_avg_sq",), "the second moment", None)
+
     def state_keys(self) -> tuple[str, ...]:
         """Per-path moments, gradient sum and starting point; the global estimate and step."""
         return (*_MOMENTS, "params0", "estim_lr", "numerator_weighted", "count")
@@ -57,6 +64,7 @@ class Prodigy(ElementwiseTransform):
 
     def init(self, params: Any) -> dict:
         """The per-path slots and the global scalars (float32 and int32)."""
+        warn_float16_statistics(self, params)
         state = init_slots(params, self.init_leaf, (*_MOMENTS, "params0"))
         state["estim_lr"] = scalar_copy(self.estim_lr0)
         state["numerator_weighted"] = jnp.zeros((), jnp.float32)

@@ -7,7 +7,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
+from gradtx._core.elementwise import (
+    ElementwiseTransform,
+    Float16Check,
+    hyperparam_at,
+)
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
 from gradtx._layouts.step_counts import next_count
@@ -26,6 +30,8 @@ class ScaleBySimplifiedAdemamix(ElementwiseTransform):
     alpha: Any = hyperparam(0.0)
     eps: Any = hyperparam(1e-8, check=non_negative)
     eps_root: Any = hyperparam(0.0, check=non_negative)
+
+    float16_check: ClassVar[Float16Check] = Float16Check(("n",), "the second moment", None)
 
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `m`, the second moment `n` and the step `count`."""

@@ -91,6 +91,38 @@ FAMILIES = {
         ("scale_by_adam", "the second moment `nu`", "nu_dtype"),
         lambda **kw: gradtx.lamb(1e-3, **kw),
     ),
+    "novograd": (
+        ("scale_by_novograd", "the second moment `nu`", None),
+        lambda **kw: gradtx.novograd(1e-3, **kw),
+    ),
+    "adopt": (
+        ("scale_by_adopt", "the second moment `nu`", None),
+        lambda **kw: contrib.adopt(1e-3, **kw),
+    ),
+    "acprop": (
+        ("scale_by_acprop", "the centred second moment `nu`", None),
+        lambda **kw: contrib.acprop(1e-3, **kw),
+    ),
+    "ademamix": (
+        ("scale_by_ademamix", "the second moment `nu`", "mu_dtype"),
+        lambda **kw: contrib.ademamix(1e-3, **kw),
+    ),
+    "simplified_ademamix": (
+        ("scale_by_simplified_ademamix", "the second moment `n`", None),
+        lambda **kw: contrib.simplified_ademamix(1e-3, **kw),
+    ),
+    "madgrad": (
+        ("scale_by_madgrad", "the sum of squared gradients `grad_sum_sq`", None),
+        lambda **kw: contrib.madgrad(1e-3, **kw),
+    ),
+    "prodigy": (
+        ("prodigy", "the second moment `exp_avg_sq`", None),
+        lambda **kw: contrib.prodigy(**kw),
+    ),
+    "dadapt_adamw": (
+        ("dadapt_adamw", "the second moment `exp_avg_sq`", None),
+        lambda **kw: contrib.dadapt_adamw(**kw),
+    ),
     # Muon's Adam part: `w` is left out of `muon_mask`, so Adam keeps its second moment
     "muon": (
         ("muon", "Adam's second moment `nu`", None),
