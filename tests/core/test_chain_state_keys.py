@@ -17,7 +17,7 @@ def _tx() -> gradtx.Transformation:
     return gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(0.1))
 
 
-@pytest.mark.parametrize("key", [0, 1, -1])
+@pytest.mark.parametrize("key", [0, 1, -1, -2])
 def test_a_position_raises_listing_the_names(key):
     state = _tx().init(PARAMS)
     with pytest.raises(KeyError) as info:

@@ -199,3 +199,14 @@ def test_slots_of_the_same_paths_grouped_apart_are_split_before_a_cond():
     # Grouped alike, nothing changes.
     alike = {"count": together, "weight_sum": StepCounts.shared(["a", "b"], one)}
     assert split_where_absent(alike, grads)["count"] is together
+
+
+def test_nnx_keys_name_a_group_by_its_first_path_and_its_size():
+    """Flax NNX sees one key per group of counts: the path itself for a group of one."""
+    params = {"a": jnp.ones(2), "b": jnp.ones(3), "c": jnp.ones(1)}
+    tx = gradtx.adam(0.1)
+    state = tx.init(params)
+    assert state["count"].layout.nnx_keys() == ("a (+2)",)
+    grads = {"a": jnp.ones(2), "b": None, "c": jnp.ones(1)}
+    _, state = tx.update(grads, state, params)
+    assert sorted(state["count"].layout.nnx_keys()) == ["a", "b", "c"]

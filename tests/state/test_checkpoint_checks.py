@@ -427,3 +427,21 @@ def test_an_equinox_model_saves_and_restores_through_its_filter(tmp_path):
     back = eqx.combine(arrays, fresh)
     np.testing.assert_array_equal(back.linear.weight, trained.linear.weight)
     assert back.activation is jax.nn.gelu and back.depth == 2
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_many_damaged_tensors_show_five_and_count_the_rest(tmp_path, count):
+    tx = gradtx.adam(1e-2)
+    file, _, _ = _saved(tmp_path, tx)
+    header, start = _header(file)
+    names = sorted(n for n in header if n != "__metadata__")[:count]
+    data = bytearray(Path(file).read_bytes())
+    for name in names:
+        data[start + header[name]["data_offsets"][0]] ^= 0x80
+    Path(file).write_bytes(bytes(data))
+    with pytest.raises(ValueError) as info:
+        gradtx.restore(file, tx, PARAMS)
+    message = str(info.value)
+    assert str(names[:5]) in message
+    assert (" more differ" in message) == (count == 6), message
+    assert count == 5 or " and 1 more differ" in message
