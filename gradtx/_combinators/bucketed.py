@@ -229,8 +229,8 @@ def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:
     value so that XLA compiles one kernel per leaf *shape*. Leaves of at least
     `own_buffer_from` elements (64Ki by default) keep a buffer of their own, which costs no
     copy: bucketing a large leaf saves nothing, and XLA's CPU concatenation of large
-    operands is slow. On 2000 small leaves this compiles 3-5x faster than the per-leaf
-    layout; figures on the performance page. A buffer of its own is the leaf in its own
+    operands is slow. On many small leaves this compiles much faster than the per-leaf
+    layout (benchmarks/compile_time.py). A buffer of its own is the leaf in its own
     shape. The results equal `tx`'s on the same params, bit-for-bit, with these
     differences, which are those of packed params:
 

@@ -29,8 +29,7 @@ def all_finite(tree: Any) -> jax.Array:
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
             # x * 0 is 0, or NaN where x is not finite: one sum, which XLA computes as it
             # reads x. `all(isfinite(x))` wrote a boolean array and reduced it in five more
-            # kernels (apply_if_finite's Adam step took 1.52-1.68x optax's time, 1.30-1.47x
-            # with the sum, on 8 leaves of 512 x 512 floats).
+            # kernels (benchmarks/combinators.py).
             result = result & jnp.isfinite(jnp.sum(leaf * 0))
     return result
 
@@ -39,12 +38,12 @@ def all_finite(tree: Any) -> jax.Array:
 # An elementwise step's updates, computed once more for the check, are:
 # - on a large leaf, checked through a byte mask as XLA computes them, and computed again
 #   in the branch: XLA's CPU compiler splits the mask's kernel across the cores and reduces
-#   the bytes vectorised, where a sum of the computed values ran on one core (checking
-#   Adam's update of 3.1M floats took 3.6 ms so, 2.3 ms through the mask);
+#   the bytes vectorised, where a sum of the computed values ran on one core, so the mask
+#   checks faster (benchmarks/combinators.py);
 # - on a small leaf, written once, summed for the check and taken as the step's updates,
 #   so that the branch computes the state alone: one kernel with the step's math per leaf
-#   instead of two (around Adam on 150 leaves of 64 x 64 floats, 0.91-0.92x optax's step
-#   instead of 1.13-1.16x). A mask there cost a second kernel per leaf to compile.
+#   instead of two (benchmarks/combinators.py). A mask there cost a second kernel per leaf
+#   to compile.
 _LARGE_LEAF = 1 << 16
 
 
@@ -209,13 +208,12 @@ def apply_if_finite(
     that reaches infinity) from finite gradients. An elementwise `tx` (Adam, SGD, Lion: no
     reduction or loop over an array) has its updates computed for the check, before a
     `jax.lax.cond` runs it, writing its state in place; a leaf of fewer than 65536 elements
-    takes those updates, a larger one has them computed again in the branch (around Adam
-    on the CPU, 1.01-1.26x optax's step time on 3.1M floats, 0.87-1.04x on 150 leaves of
-    64 x 64 floats). Any other `tx` keeps its new state and updates aside until the check,
-    which then chooses them or the old ones, one more pass over the state. With
+    takes those updates, a larger one has them computed again in the branch
+    (benchmarks/combinators.py). Any other `tx` keeps its new state and updates aside until
+    the check, which then chooses them or the old ones, one more pass over the state. With
     `check_updates=False` only the gradients are checked, as optax does: they decide before
     `tx` runs, which a `jax.lax.cond` then runs or skips, writing its state in place
-    (0.84-0.94x optax's step time on both).
+    (benchmarks/combinators.py).
 
     Args:
         tx: the transformation to guard (optax ones are wrapped).

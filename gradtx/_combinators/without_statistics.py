@@ -28,8 +28,8 @@ def without_statistics(tx: Any) -> Any:
     returns it. Without them, the updates are the same, bit for bit, and the
     state is the one optax keeps: for the chain `clip_by_global_norm` then `adamw` with a
     cosine schedule on packed params, the compiled step returns optax's five arrays instead
-    of eight and runs no more kernels than optax's (on the CPU, a host-bound step took
-    1.04-1.07x optax's time instead of 1.69-1.79x; the performance page has the figures).
+    of eight and runs no more kernels than optax's, so a host-bound step costs about what
+    optax's does (benchmarks/host_overhead.py).
 
     What stays: `gradtx.monitor` (it is there to record), and the state that decides what a
     step does: the counts of `apply_if_finite` and the hyperparameters of

@@ -3,8 +3,8 @@
 A step count advances per path (DESIGN: partial updates advance only the paths present), but
 in almost every step all paths advance together. Stored as one int32 scalar per path, every
 leaf costs an input and an output buffer and its own scalar kernels for the count and the
-bias corrections: on 1000 leaves of Adam in plain JAX that compiled in 8.0-8.3 s against
-4.3-5.6 s with one shared count, and stepped in 21-24 ms against 11-20 ms. `StepCounts`
+bias corrections, which made the step slower to compile and to run than with one shared
+count (benchmarks/layouts.py). `StepCounts`
 keeps one scalar shared by all paths while they count alike; from the first update that
 leaves some paths out, it keeps one scalar per path, as before (so the state's layout
 changes once at most, and under `jit` that step is traced again). Loading a checkpoint

@@ -31,7 +31,7 @@ def _scaled(g: Any, factor: Any) -> Any:
     dtype = compute_dtype(g)
     g_, f = cast(g, dtype), cast(factor, dtype)
     # `lax.mul` binds what `*` would (a scalar needs no broadcast) without tracing a jitted
-    # `jnp.multiply` for every leaf: 2000 leaves traced in about 0.3 s less.
+    # `jnp.multiply` for every leaf, which shortens tracing (benchmarks/compile_time.py).
     product = lax.mul(g_, f) if f.ndim == 0 or f.shape == g_.shape else g_ * f
     return cast(product, g.dtype)
 
