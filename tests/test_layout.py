@@ -6,6 +6,9 @@ docs/architecture.md draws the same layers; a move that breaks them fails here f
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -247,3 +250,55 @@ def test_the_architecture_page_draws_and_names_every_folder():
     folders = sorted(set(RANKS) - {"(face)"})
     missing = [f for f in folders if f"`{f}/`" not in page or f"<b>{f}</b>" not in page]
     assert not missing, f"docs/architecture.md neither draws nor describes: {missing}"
+
+
+# A time (`3 ms`, `40 us`, `0.25 s`, `12 s`) or a ratio to optax (`1.2x optax's`): a
+# measurement, which belongs to the benchmarks' results; a comment says why in a clause and
+# names the benchmark instead. (`1s`, ones, is no time.)
+TIMING = re.compile(
+    r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us)\b|\b\d+\.\d+\s?s\b|\b\d+ s\b"
+    r"|\b\d+(?:\.\d+)?x\s(?:optax|faster|slower)"
+)
+
+
+def _prose(source: str) -> list[tuple[int, str]]:
+    """The comments and docstrings of a module, with their first line numbers."""
+    found = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def timing_figures(source: str) -> list[tuple[int, str]]:
+    """`(line, match)` for each timing figure in the comments and docstrings of `source`."""
+    return [(line, m.group()) for line, text in _prose(source) for m in TIMING.finditer(text)]
+
+
+def test_the_timing_check_sees_figures_in_comments_and_docstrings_only():
+    source = (
+        '"""Traced in 0.25 s instead of 12 s; 40us a leaf."""\n'
+        "x = 1  # 1.2x optax's step time, 3x faster\n"
+        'message = f"took {t:.1f} ms"  # a message, not a comment: 5 ms\n'
+        "# three ones (1s), 2 samples and 64 x 64 floats are no timing\n"
+    )
+    found = sorted(m for _, m in timing_figures(source))
+    assert found == ["0.25 s", "1.2x optax", "12 s", "3x faster", "40us", "5 ms"], found
+
+
+def test_no_timing_figures_in_code_comments_or_docstrings():
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {match!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, match in timing_figures(path.read_text())
+    ]
+    assert not found, (
+        "timing figures belong in the benchmarks' results; say why in a clause and name the "
+        "benchmark instead:\n" + "\n".join(found)
+    )

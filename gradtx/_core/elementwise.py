@@ -204,11 +204,10 @@ def _run_update_leaf(tx: ElementwiseTransform, g: Any, slots: dict, param: Any) 
 
 # Inside a trace, per-array math of some size is a call of one jitted function: JAX traces
 # and lowers it once per transformation and leaf signature instead of once per leaf, and XLA
-# inlines the calls before fusing, so the compiled step is the same (bit-for-bit). On the
-# transformer-like tree (147 leaves) Adam's step traced in 92 ms instead of 277 ms and
-# lowered in 60 instead of 89; on 2000 leaves Lion (9 operations) traced in 0.70 s instead
-# of 2.07 s. Math of one or two operations (momentum, a constant learning rate) costs less
-# to trace again than to call, so it stays inline.
+# inlines the calls before fusing, so the compiled step is the same (bit-for-bit) and traces
+# and lowers in a fraction of the time (benchmarks/compile_time.py). Math of one or two
+# operations (momentum, a constant learning rate) costs less to trace again than to call,
+# so it stays inline.
 _update_leaf_once = jax.jit(_run_update_leaf)
 _CALL_FROM = 6  # operations in one leaf's math
 # Whether each (transformation structure, leaf signature) is called or inlined.

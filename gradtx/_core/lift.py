@@ -574,7 +574,7 @@ def _mask_array(mask: np.ndarray) -> Any:
 
 
 # Each mask's coarse form, by the mask's identity (a layout keeps its masks, read-only, so a
-# trace of the same step finds them here; 4M elements take about 2 ms to pack).
+# trace of the same step finds them here instead of packing a large mask again).
 _COARSE: BoundedCache = BoundedCache(16)
 
 
@@ -607,17 +607,16 @@ def _selection(mask: np.ndarray) -> jax.Array:
     """The 1-D bool `mask` of a large buffer, built in the step from a small constant.
 
     As a bool constant, XLA embeds a byte per element in the program: on 2000 leaves packed
-    in 4M elements that doubled the compile time of masked weight decay (0.15 s against
-    0.07 s without the mask). A mask whose runs start at multiples of 32 or more elements
+    in millions of elements that doubled the compile time of masked weight decay
+    (benchmarks/compile_time.py). A mask whose runs start at multiples of 32 or more elements
     is its coarse form (a byte per run of `2**shift`) broadcast over each run; any other is
     read from its bits packed in 32-bit words, a bit per element. Both constants are at
     most a 32nd of the bool mask. Small masks stay constants, which cost nothing.
     """
     coarse, shift, words = _coarse_mask(mask)
     if words is None:
-        # Broadcast, not a gather of bits: XLA's kernel reads it with plain index arithmetic
-        # (the packed clipped AdamW step on 2000 leaves, three processes each: 2.84-2.89 ms
-        # against 2.94-2.97 ms, compiled in 0.120-0.127 s against 0.127-0.131 s).
+        # Broadcast, not a gather of bits: XLA's kernel reads it with plain index arithmetic,
+        # a little faster to run and to compile (benchmarks/layouts.py, packed workloads).
         runs = lax.broadcast_in_dim(jnp.asarray(coarse), (coarse.size, 1 << shift), (0,))
         return lax.slice(runs.reshape(-1), (0,), (mask.size,))
     i = lax.iota(jnp.uint32, mask.size) >> shift

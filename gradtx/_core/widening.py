@@ -1,14 +1,14 @@
 """Low-precision updates carried in float32 between the steps of a chain.
 
 Each step rounds its output to the updates' dtype; for bfloat16 that is a software rounding
-per element and per step (on CPU it made a momentum step 1.2x slower than one rounding), and
+per element and per step (slower on the CPU than one rounding: benchmarks/moments.py), and
 every rounding loses precision. A chain therefore widens narrow updates to float32 once,
 runs its steps, and rounds once at the end.
 
 The widened arrays remember their narrow source while the chain runs, for one reason: XLA's
 CPU backend hands large reductions to a library kernel that cannot fuse a conversion shared
 with other consumers, so a global norm of widened updates first wrote a float32 copy of the
-whole gradient (clipped bf16 Adam ran 2.4x slower than unclipped). Reducing the narrow
+whole gradient (clipped bf16 Adam ran far slower than unclipped). Reducing the narrow
 source instead gives the reduction a conversion of its own, which fuses.
 
 A chain's result is not always rounded back, though: an update comes out in the promoted

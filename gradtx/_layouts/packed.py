@@ -52,16 +52,16 @@ __all__ = [
 ]
 
 # Leaves of at least this many elements are not worth copying into a shared buffer: at 64Ki
-# float32 elements Adam's step on a leaf moves about 1.8 MB, some 40 us at this machine's
-# bandwidth, several times a kernel launch, while XLA's CPU concatenation of large operands
-# ran at about 3 GB/s. (`bucketed` gives them a buffer of their own; `global_norm` reduces
-# them where they lie.)
+# float32 elements Adam's step on a leaf already costs several kernel launches' worth of
+# memory traffic, while XLA's CPU concatenation of large operands is slow
+# (benchmarks/layouts.py). (`bucketed` gives them a buffer of their own; `global_norm`
+# reduces them where they lie.)
 LARGE_LEAF = 1 << 16
 
 # XLA's GPU multi-output fusion weighs every pair of fusions that read one operand. A buffer
-# sliced into 1000 leaves gave it half a million pairs: 9.6 of the 17.9 s that XLA took to
-# compile the gradient of the MLP of 1000 leaves for an H100, and quadratic in the leaves.
-# Leaves read through views of 64 leaves each cut that pass to 0.6 s (8.5 s in all).
+# sliced into 1000 leaves gave it half a million pairs, over half of the GPU compile of the
+# MLP of 1000 leaves, and quadratic in the leaves. Leaves read through views of 64 leaves
+# each cut that pass to a small part of it (benchmarks/compile_time.py, on a GPU).
 LEAVES_PER_VIEW = 64
 
 
@@ -102,8 +102,8 @@ class Layout:
     sizes: tuple[int, ...]
 
     # JAX hashes and compares a pytree's static data on every jitted call. The generated
-    # dataclass methods walk every `LeafSpec` in Python (about 0.6 ms for 2000 leaves, a
-    # tenth of a packed Adam step), so the key is built once, of plain tuples compared in C.
+    # dataclass methods walk every `LeafSpec` in Python, a noticeable part of a packed step
+    # (benchmarks/host_overhead.py), so the key is built once, of plain tuples compared in C.
     @functools.cached_property
     def _key(self) -> tuple:
         specs = tuple((s.path, s.group, s.offset, s.shape) for s in self.specs)
@@ -346,7 +346,7 @@ def slice_leaf(buffer: Any, spec: LeafSpec, offset: Any = None) -> Any:
         flat = lax.slice(buffer, (spec.offset,), (spec.offset + spec.size,))
     else:
         # Offsets are never negative, so the slice needs no wrap-around: without it each
-        # leaf traces and lowers three operations fewer (2000 leaves: 0.5 s less to compile).
+        # leaf traces and lowers three operations fewer (benchmarks/compile_time.py).
         flat = lax.dynamic_slice(buffer, (offset,), (spec.size,), allow_negative_indices=False)
     return lax.reshape(flat, spec.shape)
 
@@ -367,7 +367,7 @@ def reading_views(buffer: Any, count: int) -> list:
 
 def _as_1d(leaf: Any) -> Any:
     # `lax.reshape` rather than `jnp.ravel`, a jitted function: traced once per leaf on every
-    # trace of a step, it cost 45 us against 11 (2000 leaves: 0.07 s more per trace).
+    # trace of a step, it costs several times more (benchmarks/compile_time.py).
     if not isinstance(leaf, jax.Array):
         return jnp.ravel(leaf)
     return leaf if leaf.ndim == 1 else lax.reshape(leaf, (leaf.size,))
@@ -651,9 +651,9 @@ def concatenate(flat: list) -> Any:
     """One buffer from 1-D pieces, concatenated in chunks of 64.
 
     Outside `jit` (`pack` in a notebook), one concatenation of 2000 operands compiles a
-    program of its own: 1.0 s against 0.12 s for the chunks, whose 64-operand programs are
-    reused. Inside `jit`, XLA merges the chunks into one concatenation again, so the compiled
-    step is the same either way.
+    program of its own, several times slower to compile than the chunks, whose 64-operand
+    programs are reused. Inside `jit`, XLA merges the chunks into one concatenation again,
+    so the compiled step is the same either way.
     """
     chunks = [jnp.concatenate(flat[i : i + 64]) for i in range(0, len(flat), 64)]
     return chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks)

@@ -160,7 +160,7 @@ def _glob_matches(glob: str, path: str) -> bool:
     # The positions in `segments` where the pattern read so far can have stopped: a `**`
     # reaches every later one, a segment pattern moves each on by the segment it matches.
     # Sets of positions, not a memoised recursion: each path is matched once per glob, and
-    # building a memoised function for it cost more than the match (2000 paths: 10 ms).
+    # building a memoised function for it cost more than the match (benchmarks/compile_time.py).
     reached = {0}
     for segment in _glob_pattern(glob):
         if segment is None:
@@ -217,7 +217,7 @@ def _from_bools(
 
 
 # Glob and regex selections depend only on the paths, so each is made once per set of paths
-# (every trace of a step selects again: on 2000 paths, a glob took about 3 ms to match).
+# (every trace of a step selects again, and matching globs on many paths is not free).
 _BY_PATHS: BoundedCache = BoundedCache(256)
 
 
