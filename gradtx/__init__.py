@@ -17,7 +17,6 @@ from gradtx._combinators.skip_predicates import skip_large_updates, skip_not_fin
 from gradtx._combinators.without_statistics import without_statistics
 from gradtx._core.apply import apply_updates
 from gradtx._core.protocol import Transformation
-from gradtx._core.target_updates import incremental_update, periodic_update
 from gradtx._layouts.packed import Packed, pack
 from gradtx._optimizers.adagrad import adadelta, adagrad
 from gradtx._optimizers.adam import adam, adamw, nadam, nadamw
@@ -100,6 +99,7 @@ from gradtx._transforms.scale import (
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign
 from gradtx._transforms.sm3 import scale_by_sm3
 from gradtx._transforms.stateless import stateless, stateless_with_tree_map
+from gradtx._transforms.target_updates import incremental_update, periodic_update
 from gradtx._transforms.trust_ratio import scale_by_trust_ratio
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx._transforms.zoom_linesearch import scale_by_zoom_linesearch

@@ -22,13 +22,16 @@ RANKS = {
     "_paths": 1,
     "_layouts": 2,
     "_core": 3,
-    "_schedules": 4,
-    "_transforms": 4,
-    "_combinators": 5,
-    "_optimizers": 6,
-    "_state": 7,
-    "contrib": 8,
-    "(face)": 9,  # gradtx/__init__.py and the public namespaces paths, schedules, tree
+    "_tree": 4,
+    "_optax": 4,
+    "_schedules": 5,
+    "_transforms": 5,
+    "_projections": 5,
+    "_combinators": 6,
+    "_optimizers": 7,
+    "_state": 8,
+    "contrib": 9,
+    "(face)": 10,  # gradtx/__init__.py and the public namespaces paths, schedules, tree
 }
 LEFTOVER_WORDS = ("misc", "more", "util", "helper", "other", "extra", "common")
 

@@ -1,1 +1,1 @@
-"""Layer 4, combinators: transformations built from other transformations."""
+"""Layer 6, combinators: transformations built from other transformations."""

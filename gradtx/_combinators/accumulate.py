@@ -17,11 +17,12 @@ from jax import lax
 
 from gradtx._combinators.conditional import choose, zeros_unless
 from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays, trace_once
-from gradtx._core.lift import compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.widening import is_narrow, shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
 
@@ -166,7 +167,7 @@ class Accumulate(Transformation):
                 out[path] = steps
         return out
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero accumulators for the trainable paths, `micro_step = 0` and the inner state."""
         frozen = self.inner.frozen_paths(params)
         where = None
@@ -180,7 +181,7 @@ class Accumulate(Transformation):
         state = {
             "micro_step": jnp.zeros((), jnp.int32),
             "acc": slots["acc"],
-            "inner": self.inner.init(params),
+            "inner": self.inner.init_state(params),
         }
         if self.counts_steps:
             state["gradient_step"] = jnp.zeros((), jnp.int32)
@@ -218,7 +219,7 @@ class Accumulate(Transformation):
         aux = jax.tree.map(lambda new, x: jnp.asarray(new).astype(x.dtype), aux, old)
         return skip, aux
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Add the gradient; on the k-th call of a cycle run the inner step on the mean.
 
         A call that the skip predicate rejects changes nothing but `skip_state`.
@@ -285,7 +286,7 @@ class Accumulate(Transformation):
             averaged, _ = update_slots(
                 mean, updates, summed(), owner=self.name, where=acc_paths, element_slots=()
             )
-            new_updates, new_inner = self.inner.update(averaged, inner_state, params, **extra)
+            new_updates, new_inner = self.inner.step(averaged, inner_state, params, **extra)
             return new_updates, new_inner, jnp.bool_(False)
 
         # Both branches return the layout a partial update gives the step counts.

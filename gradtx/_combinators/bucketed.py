@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._layouts.packed import (
     LARGE_LEAF,
     Packed,
@@ -33,6 +34,7 @@ from gradtx._layouts.packed import (
     sharded_leaves,
     spec_text,
 )
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["Bucketed", "bucketed"]
@@ -171,12 +173,12 @@ class Bucketed(Transformation):
             return params
         return result.unpack(offsets.values)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The inner state for the packed params, each leaf's offset, and the sharded paths."""
         # Decided here, once: `update` may run where shardings do not show (see `bucketed`).
         sharded = tuple(sharded_leaves(params))
         packed = _pack(params, self.name, "params", self.own_buffer_from, sharded)
-        state = self.inner.init(packed)
+        state = self.inner.init_state(packed)
         offsets = BucketOffsets(
             tuple(s.path for s in packed.layout.specs),
             tuple(jnp.asarray(s.offset, jnp.int32) for s in packed.layout.specs),
@@ -186,7 +188,7 @@ class Bucketed(Transformation):
             return {**state, OFFSETS: offsets}
         return {"inner": state, OFFSETS: offsets}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Pack the updates (and params), run the inner step once per buffer, unpack."""
         check_state_keys(self.name, state, self.state_keys())
         offsets = state[OFFSETS]
@@ -215,7 +217,7 @@ class Bucketed(Transformation):
             )
         merged = set(state) != {"inner", OFFSETS}
         inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
-        new_packed, new_inner = self.inner.update(packed, inner, packed_params, **extra)
+        new_packed, new_inner = self.inner.step(packed, inner, packed_params, **extra)
         new_state = {**new_inner} if merged else {"inner": new_inner}
         return new_packed.unpack(offsets.values), {**new_state, OFFSETS: offsets}
 

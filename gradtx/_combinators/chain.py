@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
+from gradtx._core.protocol import Transformation, merge_descriptions
 from gradtx._core.widening import Widening, is_narrow, widening
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["Chain", "ChainState", "chain", "named_chain"]
@@ -86,8 +87,8 @@ class Chain(Transformation):
     `adamw/scale_by_adam/mu/<path>`; the children's state keys must then be distinct.
     """
 
-    transforms: tuple = ()
-    names: tuple = static(())
+    transforms: tuple[Transformation, ...] = ()
+    names: tuple[str, ...] = static(())
     label: str = static("chain")
     flat: bool = static(False)
 
@@ -118,7 +119,7 @@ class Chain(Transformation):
     def state_keys(self) -> tuple[str, ...]:
         """The keys of this chain's state."""
         if self.flat:
-            return tuple(k for tx in self.transforms for k in tx.state_keys())
+            return tuple(k for tx in self.transforms for k in cast(Any, tx).state_keys())
         return self.names
 
     def _child_state(self, state: Any, name: str, tx: Transformation) -> Any:
@@ -127,7 +128,8 @@ class Chain(Transformation):
                 f"{self.label}: expected the state made by this chain's init (a dict with keys "
                 f"{list(self.state_keys())}), got {type(state).__name__}."
             )
-        keys = tx.state_keys() if self.flat else (name,)
+        # a flat chain holds only children that name their state keys
+        keys = cast(Any, tx).state_keys() if self.flat else (name,)
         missing = [k for k in keys if k not in state]
         if missing:
             raise KeyError(
@@ -136,14 +138,14 @@ class Chain(Transformation):
             )
         return {k: state[k] for k in keys} if self.flat else state[name]
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """`{name: child.init(params)}` (a `ChainState`), or the children's merged states if `flat`.
 
         A flat chain's state is a plain dict, as its stateful step's own state is.
         """
         state: dict = {} if self.flat else ChainState()
         for name, tx in zip(self.names, self.transforms):
-            child = tx.init(params)
+            child = tx.init_state(params)
             if self.flat:
                 state.update(child)
             else:
@@ -164,7 +166,7 @@ class Chain(Transformation):
         """The children's steps, in order, for each path."""
         return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run each child's update in order, passing `params` and `**extra` along.
 
         Updates narrower than float32 (bfloat16, float16) travel between the children in
@@ -179,7 +181,7 @@ class Chain(Transformation):
                 updates = jax.tree.map(block.widen, updates)
             for name, tx in zip(self.names, self.transforms):
                 child = self._child_state(state, name, tx)
-                updates, child = tx.update(updates, child, params, **extra)
+                updates, child = tx.step(updates, child, params, **extra)
                 if self.flat:
                     new_state.update(child)
                 else:

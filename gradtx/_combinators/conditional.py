@@ -11,10 +11,12 @@ import numpy as np
 from jax import lax
 
 from gradtx._core.elementwise_steps import trace_once
+from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.widening import shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 
 __all__ = [
@@ -60,7 +62,7 @@ def run_or_skip(
     if traced is None:
 
         def run(inner_state: Any) -> tuple[Any, Any]:
-            return inner.update(updates, inner_state, params, **extra)
+            return inner.step(updates, inner_state, params, **extra)
 
         traced = trace_once(run, state)
     _, shapes, replayed = traced
@@ -119,9 +121,9 @@ class ConditionallyTransform(Transformation):
         inner = self.inner.describe(params, step) if active is not False else {}
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """`step = 0` and the inner state."""
-        return {"step": jnp.zeros((), jnp.int32), "inner": self.inner.init(params)}
+        return {"step": jnp.zeros((), jnp.int32), "inner": self.inner.init_state(params)}
 
     def _condition(self, step: Any, extra: dict) -> Any:
         kwargs = extra if self.forward_extra_args else {}
@@ -135,7 +137,7 @@ class ConditionallyTransform(Transformation):
             value = value != 0
         return value
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The inner update if `should_transform_fn(step)`, else the skipped-step updates."""
         check_state_keys(self.name, state, self.state_keys())
         active = self._condition(state["step"], extra)

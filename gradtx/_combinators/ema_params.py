@@ -8,15 +8,18 @@ import jax.numpy as jnp
 
 from gradtx._combinators.schedule_free import check_number, own_copy
 from gradtx._core.apply import apply_updates
-from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
-from gradtx._core.module import decay_rate, field, hyperparam, static
-from gradtx._core.protocol import (
-    Transformation,
-    as_transformation,
+from gradtx._core.lift import (
     check_state_keys,
-    own_hyperparams,
+    compute_dtype,
+    dtype_or_none,
+    init_slots,
+    update_slots,
+    zeros_for,
 )
+from gradtx._core.module import decay_rate, field, hyperparam, static
+from gradtx._core.protocol import Transformation, own_hyperparams
 from gradtx._layouts.step_counts import next_count
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 
 __all__ = ["EmaParams", "ema_params"]
@@ -48,7 +51,7 @@ class EmaParams(Transformation):
         inner = self.inner.describe(params, step)
         return {path: [*inner.get(path, []), entry] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The inner state; a zero average (a copy of the params without `debias`)."""
 
         def leaf_init(param: Any) -> dict[str, Any]:
@@ -58,9 +61,9 @@ class EmaParams(Transformation):
 
         keys = self.state_keys()[1:]
         slots = init_slots(params, leaf_init, keys, step_counts=("count",) if self.debias else ())
-        return {"inner": self.inner.init(params), **slots}
+        return {"inner": self.inner.init_state(params), **slots}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The inner update; then fold the inner's eval weights after it into the average."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
@@ -68,7 +71,7 @@ class EmaParams(Transformation):
                 f"{self.name} needs the params: call `tx.update(updates, state, params)`, the "
                 "average follows the params after each step."
             )
-        new_updates, inner = self.inner.update(updates, state["inner"], params, **extra)
+        new_updates, inner = self.inner.step(updates, state["inner"], params, **extra)
         # The weights after this step, as `apply_updates` gives them to the caller (under jit
         # XLA computes them once for both), seen through the inner's own eval weights.
         target = self.inner.eval_params(inner, apply_updates(params, new_updates))

@@ -12,11 +12,14 @@ from jax import lax
 from gradtx._combinators.accumulate import check_count
 from gradtx._combinators.conditional import choose, run_or_skip, zeros_unless
 from gradtx._core.elementwise_steps import is_elementwise, trace_once
+from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.statistics import statistics
 from gradtx._core.widening import promoted
+from gradtx._layouts.packed import LARGE_LEAF
 from gradtx._layouts.step_counts import next_count, split_where_absent
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 
 __all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
@@ -34,7 +37,7 @@ def all_finite(tree: Any) -> jax.Array:
     return result
 
 
-# A leaf of this many elements or more is bound by memory, a smaller one by its kernels.
+# A leaf of `LARGE_LEAF` elements or more is bound by memory, a smaller one by its kernels.
 # An elementwise step's updates, computed once more for the check, are:
 # - on a large leaf, checked through a byte mask as XLA computes them, and computed again
 #   in the branch: XLA's CPU compiler splits the mask's kernel across the cores and reduces
@@ -44,7 +47,6 @@ def all_finite(tree: Any) -> jax.Array:
 #   so that the branch computes the state alone: one kernel with the step's math per leaf
 #   instead of two (benchmarks/combinators.py). A mask there cost a second kernel per leaf
 #   to compile.
-_LARGE_LEAF = 1 << 16
 
 
 @jax.jit
@@ -56,7 +58,7 @@ def _leaf_finite(g: jax.Array, u: jax.Array) -> jax.Array:
     the compiled program is the same.
     """
     zero = _zero_unless_finite(g, u)
-    if zero.size < _LARGE_LEAF:
+    if zero.size < LARGE_LEAF:
         return jnp.isfinite(jnp.sum(zero))
     return jnp.max(jnp.logical_not(jnp.isfinite(zero)).astype(jnp.uint8)) == 0
 
@@ -72,7 +74,7 @@ def _check_computed(updates: Any, checked: Any) -> jax.Array:
 
 def _taken_from_check(accept: Any, checked: Any, ran: Any) -> Any:
     """A leaf's updates: on a small leaf those computed for the check, else the branch's."""
-    return zeros_unless(accept, checked) if checked.size < _LARGE_LEAF else ran
+    return zeros_unless(accept, checked) if checked.size < LARGE_LEAF else ran
 
 
 def _zero_unless_finite(g: Any, u: Any) -> Any:
@@ -125,22 +127,22 @@ class ApplyIfFinite(Transformation):
         inner = self.inner.describe(params, step)
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The inner state, zero counts and `last_finite = True`."""
         return statistics(
-            inner=self.inner.init(params),
+            inner=self.inner.init_state(params),
             notfinite_count=jnp.zeros((), jnp.int32),
             total_notfinite=jnp.zeros((), jnp.int32),
             last_finite=jnp.ones((), jnp.bool_),
         )
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
         old_inner = split_where_absent(state["inner"], updates)
 
         def run(inner_state: Any) -> tuple[Any, Any]:
-            return self.inner.update(updates, inner_state, params, **extra)
+            return self.inner.step(updates, inner_state, params, **extra)
 
         # Traced once and replayed wherever it runs: traced four times, the inner step took
         # most of the time spent building the wrapper's step on many leaves.
@@ -151,7 +153,7 @@ class ApplyIfFinite(Transformation):
             # state is written in place, as without the wrapper, and nothing is kept aside.
             # To check its updates too, an elementwise step is computed once more, for the
             # check (a large leaf's updates are computed again in the branch, a small
-            # leaf's are taken from the check: see _LARGE_LEAF).
+            # leaf's are taken from the check: see the note on `_leaf_finite`).
             if self.check_updates:
                 checked = replayed(old_inner)[0]
                 finite = _check_computed(updates, checked)

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 
 from gradtx._combinators.masked import selection
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import is_unit
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import any_present, merge_by_path, present_paths, restrict
@@ -52,12 +53,12 @@ class Freeze(Transformation):
     def _trainable(self, tree: Any, frozen: frozenset[str]) -> frozenset[str]:
         return frozenset(p for p in present_paths(tree) if p not in frozen)
 
-    def init(self, params: Any) -> Any:
+    def init_state(self, params: Any) -> Any:
         """The inner state for the trainable paths only: frozen paths allocate nothing."""
         frozen = self._frozen(params, None, strict=True)
-        return self.inner.init(restrict(params, self._trainable(params, frozen), self.label))
+        return self.inner.init_state(restrict(params, self._trainable(params, frozen), self.label))
 
-    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """Zeros on the frozen paths, the inner update on the others.
 
         The inner transformation never sees the frozen paths, so they are out of its global
@@ -70,7 +71,7 @@ class Freeze(Transformation):
         still = restrict(updates, frozen, self.label)
         parts = [(still, jax.tree.map(_zeros, still, is_leaf=is_unit))]
         if any_present(group):
-            result, state = self.inner.update(
+            result, state = self.inner.step(
                 group, state, restrict(params, train, self.label), **extra
             )
             parts.append((group, result))

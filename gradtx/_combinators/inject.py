@@ -13,12 +13,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._combinators.without_statistics import without_statistics
 from gradtx._core.module import Module, as_float, field, static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._core.statistics import KeepsStatistics
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.selectors import Selector
 from gradtx._schedules.base import FunctionSchedule, Schedule
 from gradtx._schedules.stateful import (
@@ -108,11 +110,9 @@ def _is_number(value: Any) -> bool:
         # jax's issubdtype knows ml_dtypes (bfloat16 is a number) and typed PRNG keys (not);
         # a uint32 array is a raw PRNG key (`jax.random.PRNGKey`): data, not a hyperparameter.
         dtype = value.dtype
-        if jax.dtypes.issubdtype(dtype, np.unsignedinteger):
+        if jnp.issubdtype(dtype, np.unsignedinteger):
             return False
-        return jax.dtypes.issubdtype(dtype, np.number) and not jax.dtypes.issubdtype(
-            dtype, np.complexfloating
-        )
+        return jnp.issubdtype(dtype, np.number) and not jnp.issubdtype(dtype, np.complexfloating)
     return False
 
 
@@ -220,7 +220,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
             name: f"{name}={float(given):g} is stored as {float(values[name]):g}"
             for name, given in self.hparams.items()
             if isinstance(given, np.generic)
-            and not isinstance(values[name], jax.core.Tracer)
+            and not isinstance(values[name], Tracer)
             and float(values[name]) != float(given)
         }
         named = [note for name, note in changed.items() if f"`{name}`" in error]
@@ -254,16 +254,16 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         except ValueError as e:
             raise ValueError(f"{self._owner()}: {e}{self._rounding(values, str(e))}") from e
 
-    def init(self, params: Any) -> InjectState:
+    def init_state(self, params: Any) -> InjectState:
         """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""
         count = jnp.zeros((), jnp.int32)
         states = self._start()
         values = self._values(count, None, states)
-        inner = self._build_known(values).init(params)
+        inner = self._build_known(values).init_state(params)
         check = HyperparamCheck(self.factory, self.static_kwargs, self.label)
         return InjectState(count, values, inner, self._scheduled(), states, check)
 
-    def update(
+    def step(
         self, updates: Any, state: InjectState, params: Any = None, **extra: Any
     ) -> tuple[Any, InjectState]:
         """Run the inner update with the hyperparameters of this step.
@@ -285,7 +285,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
                 "by another transformation's init?"
             )
         values = self._values(state.count, state.hyperparams, state.schedule_states, extra)
-        updates, inner = self.build(values).update(updates, state.inner, params, **extra)
+        updates, inner = self.build(values).step(updates, state.inner, params, **extra)
         count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
         states = self._advance(state.schedule_states, extra)
         return updates, InjectState(count, values, inner, state.scheduled, states, state.check)

@@ -9,17 +9,20 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
-from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
-from gradtx._core.module import field, hyperparam, static
-from gradtx._core.protocol import (
-    Transformation,
-    as_transformation,
+from gradtx._core.lift import (
     check_state_keys,
-    own_hyperparams,
+    compute_dtype,
+    dtype_or_none,
+    init_slots,
+    update_slots,
+    zeros_for,
 )
-from gradtx._core.update_layout import like
+from gradtx._core.module import field, hyperparam, static
+from gradtx._core.protocol import Transformation, own_hyperparams
+from gradtx._core.update_sharding import like
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import StepCounts, next_count
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, owning_path
 from gradtx._paths.subset import present_paths
 
@@ -57,7 +60,7 @@ class Lookahead(Transformation):
         fast = self.fast.describe(params, step)
         return {path: [*fast.get(path, []), entry] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The fast state, a zero gap (the slow weights are the params) and zero counts."""
         if self.reset_state:
             reject_packed(
@@ -69,9 +72,9 @@ class Lookahead(Transformation):
             return {"fast_minus_slow": gap, "count": jnp.zeros((), jnp.int32)}
 
         slots = init_slots(params, leaf_init, ("fast_minus_slow", "count"), step_counts=("count",))
-        return {"fast": self.fast.init(params), **slots}
+        return {"fast": self.fast.init_state(params), **slots}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """A fast step; every `sync_period`-th step of a path, move it to the new slow weight."""
         check_state_keys(self.name, state, self.state_keys())
         if self.reset_state and params is None:
@@ -79,7 +82,7 @@ class Lookahead(Transformation):
                 f"{self.name}(reset_state=True) needs the params, to restart the fast state "
                 "from `fast.init(params)`: call `tx.update(updates, state, params)`."
             )
-        fast_updates, fast_state = self.fast.update(updates, state["fast"], params, **extra)
+        fast_updates, fast_state = self.fast.step(updates, state["fast"], params, **extra)
         keep = 1 - self.alpha
 
         def sync(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -99,7 +102,7 @@ class Lookahead(Transformation):
             synced = _synced(slots["count"], present_paths(fast_updates), self.sync_period)
             with warnings.catch_warnings():  # `init`'s warnings were given at the user's own
                 warnings.simplefilter("ignore")
-                fresh = self.fast.init(params)
+                fresh = self.fast.init_state(params)
             fast_state = _restart(fast_state, fresh, synced, set(present_paths(params)))
         return new_updates, {"fast": fast_state, **slots}
 

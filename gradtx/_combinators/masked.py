@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import DuplicatePathError, flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import any_present, merge_by_path, restrict
@@ -57,12 +58,12 @@ class Masked(Transformation):
     def _argument(self) -> str:
         return f"{self.label}(mask={self.mask!r})"
 
-    def init(self, params: Any) -> Any:
+    def init_state(self, params: Any) -> Any:
         """The inner state for the selected paths only; a mask selecting nothing raises."""
         chosen = frozenset(select(params, self.mask, argument=self._argument()))
-        return self.inner.init(restrict(params, chosen, self.label))
+        return self.inner.init_state(restrict(params, chosen, self.label))
 
-    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """The inner update on the selected present paths; others pass through.
 
         A call without any selected gradient leaves the state untouched. With
@@ -75,9 +76,7 @@ class Masked(Transformation):
             return updates, state
         if self.mask_compatible_extra_args:
             extra = masked_extra(extra, updates, chosen, self.label)
-        result, state = self.inner.update(
-            group, state, restrict(params, chosen, self.label), **extra
-        )
+        result, state = self.inner.step(group, state, restrict(params, chosen, self.label), **extra)
         return merge_by_path(updates, [(group, result)]), state
 
     def frozen_paths(self, params: Any) -> frozenset[str]:

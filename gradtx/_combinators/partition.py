@@ -7,8 +7,9 @@ from typing import Any
 
 from gradtx._combinators.masked import masked_extra
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation
+from gradtx._core.protocol import Transformation
 from gradtx._core.static_value import StaticValue
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.selectors import LabelError, resolve_labels
 from gradtx._paths.subset import any_present, merge_by_path, restrict
 
@@ -42,7 +43,7 @@ class Partition(Transformation):
             groups[label].add(path)
         return {label: frozenset(paths) for label, paths in groups.items()}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """`{label: inner.init(params of that label)}`; every leaf needs exactly one label.
 
         Each label's params keep the whole model's paths, `None` outside the label, so the
@@ -50,11 +51,11 @@ class Partition(Transformation):
         """
         groups = self._groups(params, None, strict=True)
         return {
-            label: tx.init(restrict(params, groups[label], f"{self.label}[{label!r}]"))
+            label: tx.init_state(restrict(params, groups[label], f"{self.label}[{label!r}]"))
             for label, tx in self.transforms.items()
         }
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Each label's inner update on its present paths.
 
         A label with no gradient in `updates` keeps its state (counts and schedules included)
@@ -76,7 +77,7 @@ class Partition(Transformation):
             mine = extra
             if self.mask_compatible_extra_args:
                 mine = masked_extra(extra, updates, groups[label], owner)
-            result, new_state[label] = tx.update(
+            result, new_state[label] = tx.step(
                 group, state[label], restrict(params, groups[label], owner), **mine
             )
             parts.append((group, result))

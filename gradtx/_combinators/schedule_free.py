@@ -7,10 +7,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
-from gradtx._core.elementwise import hyperparam_at
 from gradtx._core.lift import (
     as_stored,
+    check_state_keys,
     compute_dtype,
     dtype_or_none,
     init_slots,
@@ -18,13 +19,10 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.module import field, hyperparam, static
-from gradtx._core.protocol import (
-    Transformation,
-    as_transformation,
-    check_state_keys,
-    own_hyperparams,
-)
+from gradtx._core.per_array import hyperparam_at
+from gradtx._core.protocol import Transformation, own_hyperparams
 from gradtx._layouts.step_counts import aligned, next_count
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.scale import ScalarOrSchedule
 
@@ -56,7 +54,7 @@ def check_number(value: Any, name: str, owner: str) -> None:
 
 def _check_b1(value: Any, owner: str) -> None:
     check_number(value, "b1", owner)
-    if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
+    if isinstance(value, Tracer) or np.ndim(value) != 0:
         return
     b1 = float(np.asarray(value))
     if not 0.0 < b1 <= 1.0:
@@ -112,7 +110,7 @@ class ScheduleFree(Transformation):
         base = self.base.describe(params, step)
         return {path: [*base.get(path, []), entry] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The base state; per path, `z` a copy of the param and zero scalars and count."""
         if params is None:
             raise ValueError(f"{self.name}: `init` needs the params, got None.")
@@ -126,9 +124,9 @@ class ScheduleFree(Transformation):
             }
 
         slots = init_slots(params, leaf_init, _SLOTS, step_counts=_SHARED)
-        return {"base": self.base.init(params), **slots}
+        return {"base": self.base.init_state(params), **slots}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Step `z` by the base update; move the params to the new interpolation point."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
@@ -136,7 +134,7 @@ class ScheduleFree(Transformation):
                 f"{self.name} needs the params: call `tx.update(updates, state, params)` with "
                 "the params the gradients were taken at."
             )
-        base_updates, base_state = self.base.update(updates, state["base"], params, **extra)
+        base_updates, base_state = self.base.step(updates, state["base"], params, **extra)
         weights = _GroupWeights(self.learning_rate, self.weight_lr_power)
         b1 = self.b1
 

@@ -7,14 +7,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.tree_reductions import norm
+from gradtx._tree.reductions import global_sum
 
 __all__ = ["skip_large_updates", "skip_not_finite"]
-
-
-def _arrays(updates: Any) -> list[jax.Array]:
-    """The array leaves of `updates` (`None` skipped; packed params give their buffers)."""
-    return [jnp.asarray(x) for x in jax.tree.leaves(updates)]
 
 
 def skip_not_finite(
@@ -44,8 +39,8 @@ def skip_not_finite(
     """
     del gradient_step, params
     count = jnp.zeros((), jnp.int32)
-    for x in _arrays(updates):
-        if jnp.issubdtype(x.dtype, jnp.inexact):
+    for x in jax.tree.leaves(updates):  # `None` skipped; packed params give their buffers
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
             count = count + jnp.sum(~jnp.isfinite(x), dtype=jnp.int32)
     should_skip = count > 0
     return should_skip, {"should_skip": should_skip, "num_not_finite": count}
@@ -77,7 +72,7 @@ def skip_large_updates(
         (True, 25.0)
     """
     del gradient_step, params
-    total = norm(_arrays(updates), squared=True)  # a list: packed buffers are plain arrays
+    total = global_sum(updates, dtype=None)
     limit = jnp.asarray(max_squared_norm).astype(total.dtype)
     should_skip = ~(total < limit)
     return should_skip, {"should_skip": should_skip, "norm_squared": total}

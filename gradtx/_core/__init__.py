@@ -1,1 +1,1 @@
-"""Layer 2, the core: immutable modules, the protocol, the lifting helper, `apply_updates`."""
+"""Layer 3, the core: modules, the protocol and its outermost call, lifting, `apply_updates`."""

@@ -8,16 +8,17 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.boundary import check_leaves
+from gradtx._core.call_checks import check_leaves
 from gradtx._core.dispatch import eager_dispatch
 from gradtx._core.lift import cast, promoted
+from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.packed import check_same_layout
 from gradtx._paths.paths import flatten, is_unit
 
 __all__ = ["apply_updates"]
 
 
-def apply_updates(params: Any, updates: Any) -> Any:
+def apply_updates(params: Params, updates: Updates) -> Params:
     """Return `params + updates`, matched by path, each result in its parameter's dtype.
 
     Each sum is taken in the promoted dtype of the parameter and its update and rounded once

@@ -17,47 +17,39 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
-from gradtx._core.boundary import partial_allowed
-
-__all__ = ["eager_dispatch"]
+__all__ = ["dispatchable", "eager_dispatch"]
 
 
 def _is_array_like(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool))
 
 
-def _dispatchable(trees: tuple) -> bool:
+def dispatchable(trees: tuple) -> bool:
     """True for concrete array inputs; False inside a trace or with non-array leaves."""
     # Tree by tree, stopping at the first traced leaf: inside `jit` the updates are traced,
-    # so the state and params behind them are not flattened, which dominated this check's
-    # cost on trees of many leaves (benchmarks/host_overhead.py).
+    # so the state and params behind them are not flattened (benchmarks/host_overhead.py).
     for tree in trees:
         for leaf in jax.tree_util.tree_leaves(tree):
-            if isinstance(leaf, jax.core.Tracer) or not _is_array_like(leaf):
+            if isinstance(leaf, Tracer) or not _is_array_like(leaf):
                 return False
-    return not jax.config.jax_disable_jit
+    # The flag is set on the config at runtime, where the checker cannot see it.
+    return not jax.config.jax_disable_jit  # pyright: ignore[reportAttributeAccessIssue]
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _run(method: Callable, partial: bool, *args: Any, **kwargs: Any) -> Any:
-    # `partial` (whether the running update was declared partial, see gradtx/_core/boundary.py)
-    # is part of the cache key: the completeness check runs while tracing.
-    return method(*args, **kwargs)
+def eager_dispatch(function: Callable) -> Callable:
+    """Decorate a pure function so eager calls go through one cached `jax.jit` program.
 
-
-def eager_dispatch(method: Callable) -> Callable:
-    """Decorate a pure method so eager calls go through one cached `jax.jit` program.
-
-    The instance and every argument are pytrees passed to the compiled program; the method
-    itself is the static cache key. Calls with traced or non-array arguments run directly.
+    Every argument is a pytree passed to the compiled program. Calls with traced or
+    non-array arguments run directly.
     """
+    compiled = jax.jit(function)
 
-    @functools.wraps(method)
+    @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _dispatchable((*args, kwargs)):
-            return _run(method, partial_allowed(), *args, **kwargs)
-        return method(*args, **kwargs)
+        if dispatchable((*args, kwargs)):
+            return compiled(*args, **kwargs)
+        return function(*args, **kwargs)
 
-    wrapper.__wrapped_eager__ = method  # type: ignore[attr-defined]
     return wrapper

@@ -81,7 +81,7 @@ def trace_once(fn: Callable, *args: Any) -> tuple[Any, Any, Callable]:
     and dtypes, giving `fn`'s results without tracing it again. A combinator that looks at
     its inner step (`is_elementwise`), needs its output shapes and then runs it, in a
     `lax.cond` branch or for a check, pays for one trace instead of three or four: tracing
-    Adam over 150 leaves takes several times as long as replaying its jaxpr.
+    Adam over many leaves costs far more than replaying its jaxpr (benchmarks/compile_time.py).
     """
     traced, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
     run_flat = jex_core.jaxpr_as_fun(traced)

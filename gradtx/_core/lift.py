@@ -17,16 +17,18 @@ shape (per-leaf norms, matrices) says so with `per_leaf=True` and runs leaf by l
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.core import Tracer
 
-from gradtx._core.boundary import check_complete
-from gradtx._core.update_layout import explicit, in_state_layout
+from gradtx._core.call_checks import check_complete
+from gradtx._core.protocol import Params, State, Updates
+from gradtx._core.update_sharding import explicit, in_state_layout
 from gradtx._core.widening import note_state_read, promoted
 from gradtx._layouts.complex import (
     check_same_kind,
@@ -61,7 +63,8 @@ __all__ = [
     "zeros_for",
 ]
 
-Slots = dict[str, dict[str, Any]]
+# `{slot name: {path: value}}`; a slot that counts steps is a `StepCounts`.
+Slots = dict[str, Mapping[str, Any]]
 
 
 def compute_dtype(*arrays: Any) -> Any:
@@ -130,7 +133,7 @@ def zeros_for(param: Any, dtype: Any = None) -> jax.Array:
     if isinstance(param, jax.ShapeDtypeStruct):
         sharding = getattr(param, "sharding", None)
         return jnp.zeros(param.shape, dtype, device=sharding)
-    if not isinstance(param, jax.core.Tracer):
+    if not isinstance(param, Tracer):
         return jnp.zeros_like(param, dtype=dtype)  # copies a concrete array's sharding
     if split_explicitly(param):  # explicit sharding is known while tracing
         return jnp.zeros_like(param, dtype=dtype)
@@ -166,7 +169,7 @@ def _as_param(param: Any, path: str) -> Any:
 
 
 def init_slots(
-    params: Any,
+    params: Params,
     leaf_init: Callable[[Any], dict],
     names: Iterable[str],
     where=None,
@@ -185,7 +188,7 @@ def init_slots(
             parameter's shape (`update_slots` checks the gradients against it). Packed
             params keep a count per buffer instead.
     """
-    slots: Slots = {name: {} for name in names}
+    slots: dict[str, Any] = {name: {} for name in names}  # dicts, then the counts
     shapes: dict[str, tuple] = {}  # each parameter's own shape, for its step counts
     paths, leaves, _ = flatten(params)
     for path, param in zip(paths, leaves):
@@ -247,7 +250,7 @@ def _slot_paths(slots: Slots) -> list[str]:
 
 
 def _missing_state(
-    owner: str, slot: str, path: str, known: dict, by_path: dict[str, Any] | None
+    owner: str, slot: str, path: str, known: Mapping, by_path: dict[str, Any] | None
 ) -> KeyError:
     """The error for a gradient path without state.
 
@@ -273,7 +276,7 @@ def _missing_state(
     )
 
 
-def _params_by_path(params: Any, owner: str, required: bool) -> dict[str, Any] | None:
+def _params_by_path(params: Params | None, owner: str, required: bool) -> dict[str, Any] | None:
     if params is None:
         if required:
             raise ValueError(f"{owner} needs the params: call `tx.update(updates, state, params)`.")
@@ -284,9 +287,9 @@ def _params_by_path(params: Any, owner: str, required: bool) -> dict[str, Any] |
 
 def update_slots(
     leaf_update: Callable[..., tuple[Any, dict]],
-    updates: Any,
+    updates: Updates,
     slots: Slots,
-    params: Any = None,
+    params: Params | None = None,
     *,
     owner: str,
     needs_params: bool = False,
@@ -295,7 +298,7 @@ def update_slots(
     masked_update: Callable[..., tuple[Any, dict]] | None = None,
     element_slots: Iterable[str] | None = None,
     shared_values: Iterable[str] = (),
-) -> tuple[Any, Slots]:
+) -> tuple[Updates, Slots]:
     """Apply `leaf_update(g, leaf_slots, param) -> (u, new_leaf_slots)` to every present path.
 
     Args:
@@ -334,9 +337,10 @@ def update_slots(
     by_path = _params_by_path(params, owner, needs_params)
     if by_path is None:  # with params, the outermost `update` checked them (see protocol.py)
         check_complete(owner, paths, _slot_paths(slots))
-    shared = {name for name in shared_values if isinstance(slots.get(name), StepCounts)}
-    counts = {n for n, values in slots.items() if isinstance(values, StepCounts)} - shared
-    new_slots = {name: dict(values) for name, values in slots.items() if name not in counts}
+    counted = {name: values for name, values in slots.items() if isinstance(values, StepCounts)}
+    shared = {name for name in shared_values if name in counted}
+    counts = set(counted) - shared
+    new_slots: dict[str, Any] = {n: dict(v) for n, v in slots.items() if n not in counts}
     advanced: set[str] = set()
     read = set(slots) if element_slots is None else set(element_slots)
     out = []
@@ -380,7 +384,7 @@ def update_slots(
                     f"the parameter has shape {tuple(np.shape(param))}."
                 )
         check_same_kind(g, param, owner, path)
-        _check_counted_shape(owner, path, g, slots, counts | shared)
+        _check_counted_shape(owner, path, g, counted)
         try:
             if is_complex(g):  # complex as pairs of reals (see gradtx/_layouts/complex.py)
                 real = None if param is None else to_real(param)
@@ -409,9 +413,9 @@ def update_slots(
                     )
                 new_slots[name][path] = cast(value, old.dtype)
     for name in counts:
-        new_slots[name] = slots[name].advanced(advanced)
+        new_slots[name] = counted[name].advanced(advanced)
     for name in shared:
-        new_slots[name] = slots[name].updated({p: new_slots[name][p] for p in advanced})
+        new_slots[name] = counted[name].updated({p: new_slots[name][p] for p in advanced})
     return treedef.unflatten(out), {name: new_slots[name] for name in slots}
 
 
@@ -426,15 +430,13 @@ def _made_for_another_shape(owner: str, path: str, g: Any, state: str) -> ValueE
     )
 
 
-def _check_counted_shape(
-    owner: str, path: str, g: Any, slots: Slots, counts: Iterable[str]
-) -> None:
+def _check_counted_shape(owner: str, path: str, g: Any, counted: Mapping[str, StepCounts]) -> None:
     """Raise if a step count of `path` was made for a parameter of another shape than `g`'s.
 
     A count is a scalar, so `init` records its parameter's shape in the count's layout.
     """
-    for name in counts:
-        made = slots[name].shape(path)
+    for name, counts in counted.items():
+        made = counts.shape(path)
         if made is not None and made != tuple(np.shape(g)):
             raise _made_for_another_shape(
                 owner, path, g, f"its step count {name!r} was made for shape {made}"
@@ -464,13 +466,13 @@ def _check_state_shapes(
 
 def map_updates(
     fn: Callable[[Any, Any], Any],
-    updates: Any,
-    params: Any = None,
+    updates: Updates,
+    params: Params | None = None,
     *,
     owner: str,
     needs_params: bool = False,
     where: set[str] | None = None,
-) -> Any:
+) -> Updates:
     """Stateless lift: `fn(g, param) -> u` over the present paths (see `update_slots`)."""
 
     def leaf_update(g: Any, _: dict, param: Any) -> tuple[Any, dict]:
@@ -675,3 +677,14 @@ def dtype_or_none(dtype: Any, name: str = "dtype") -> Any:
         return jnp.dtype(dtype)
     except TypeError as e:
         raise TypeError(f"`{name}` must be a dtype or None, got {dtype!r}") from e
+
+
+def check_state_keys(owner: str, state: State, keys: tuple[str, ...]) -> None:
+    """Raise a clear error if `state` lacks the keys its transformation's `init` gives it."""
+    missing = [k for k in keys if not isinstance(state, Mapping) or k not in state]
+    if missing:
+        found = list(state) if isinstance(state, Mapping) else type(state).__name__
+        raise KeyError(
+            f"{owner}: expected the state made by its init, with keys {list(keys)}, got "
+            f"{found}; was it made by another transformation's init?"
+        )

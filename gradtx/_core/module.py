@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, TypeGuard
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
+from typing_extensions import Self, dataclass_transform
 
 __all__ = [
     "Module",
@@ -32,6 +34,7 @@ __all__ = [
     "decay_rate",
     "field",
     "hyperparam",
+    "is_schedule",
     "momentum_rate",
     "non_negative",
     "positive",
@@ -54,6 +57,11 @@ def _is_static_callable(value: Any) -> bool:
     if not callable(value) or isinstance(value, (jax.Array, np.ndarray, Module)):
         return False
     return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
+
+
+def is_schedule(value: Any) -> TypeGuard[Callable[..., Any]]:
+    """A hyperparameter given as a schedule (a callable `Module`) or a function of the step."""
+    return isinstance(value, Module) or callable(value)
 
 
 def _is_plain_number(value: Any) -> bool:
@@ -118,10 +126,10 @@ def _as_vector(value: Any, name: str, scalar: Callable[[Any, str], Any]) -> Any:
     then static to libraries that hold the transformation as structure (Flax NNX), and each
     entry is still a leaf that JAX traces. A JAX array or a tracer stays one array.
     """
-    if value is None or isinstance(value, (jax.Array, jax.core.Tracer)) or _is_plain_number(value):
+    if value is None or isinstance(value, (jax.Array, Tracer)) or _is_plain_number(value):
         return scalar(value, name)
     if isinstance(value, (list, tuple)) and any(
-        isinstance(v, (jax.Array, jax.core.Tracer)) for v in value
+        isinstance(v, (jax.Array, Tracer)) for v in value
     ):  # entries computed by JAX (traced under vmap, say): one array
         return scalar(jnp.stack([jnp.asarray(v) for v in value]), name)
     entries = np.asarray(value)
@@ -160,9 +168,6 @@ def positive(value: float) -> str | None:
     return None if value >= 0 else "must be >= 0 (a negative bound flips the update's sign)"
 
 
-positive.allows_inf = True  # type: ignore[attr-defined]
-
-
 def hyperparam(
     default: Any = dataclasses.MISSING,
     *,
@@ -188,7 +193,7 @@ def _known_values(value: Any) -> np.ndarray | None:
     """The values of a hyperparameter known without tracing, as a NumPy array, else None."""
     if isinstance(value, (np.generic, np.ndarray)):
         return np.asarray(value)
-    if isinstance(value, jax.core.Tracer) or not isinstance(value, jax.Array):
+    if isinstance(value, Tracer) or not isinstance(value, jax.Array):
         return None  # a tracer, a schedule, a function
     if not value.is_fully_addressable:
         return None  # spread over processes: no one host holds it
@@ -212,7 +217,7 @@ def check_hyperparam(
         return
     for entry in known.reshape(-1):
         number = float(entry)
-        allows_inf = number == np.inf and getattr(check, "allows_inf", False)
+        allows_inf = number == np.inf and check is positive
         problem = None if np.isfinite(number) or allows_inf else "must be finite"
         if problem is None and check is not None:
             problem = check(number)
@@ -279,9 +284,7 @@ def _non_scalar_hyperparams(obj: Module, where: str) -> list[tuple[str, str, tup
 
 
 def _format_value(value: Any) -> str:
-    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and not isinstance(
-        value, jax.core.Tracer
-    ):
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and not isinstance(value, Tracer):
         if value.shape == ():
             item = value.item()
             return f"{item:g}" if isinstance(item, float) else repr(item)
@@ -291,6 +294,9 @@ def _format_value(value: Any) -> str:
     return repr(value)
 
 
+# No field specifiers: `static` and `hyperparam` take their default positionally, which a
+# checker does not read, so every field reads as optional there (the constructor still raises).
+@dataclass_transform(eq_default=False, frozen_default=True)
 class Module:
     """Base class: a frozen dataclass registered as a pytree with attribute keys.
 
@@ -322,6 +328,9 @@ class Module:
         [Array(2., dtype=float32)]
     """
 
+    # Set on each subclass by `dataclasses.dataclass` (in `__init_subclass__`).
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
@@ -329,7 +338,7 @@ class Module:
         cls._static_names = tuple(f.name for f in fields if f.metadata.get("static"))
         cls._data_names = tuple(f.name for f in fields if not f.metadata.get("static"))
         jax.tree_util.register_pytree_with_keys(
-            cls, _flatten_with_keys, _make_unflatten(cls), _flatten
+            cls, _flatten_with_keys, _make_unflatten(cls), _split
         )
 
     def __post_init__(self) -> None:
@@ -348,7 +357,7 @@ class Module:
     def __check__(self) -> None:
         """Validate constructor arguments (override); raise with the argument's name."""
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self, **changes: Any) -> Self:
         """A copy with some fields replaced (converters run again)."""
         return dataclasses.replace(self, **changes)
 
@@ -371,10 +380,6 @@ def _split(obj: Module) -> tuple[list, tuple]:
             children.append(value)
     statics = tuple((name, obj.__dict__[name]) for name in obj._static_names)
     return children, (tuple(child_names), tuple(static_data) + statics)
-
-
-def _flatten(obj: Module) -> tuple[list, tuple]:
-    return _split(obj)
 
 
 def _flatten_with_keys(obj: Module) -> tuple[list, tuple]:

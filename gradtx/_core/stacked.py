@@ -11,14 +11,15 @@ declared leading axes).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import init_slots, update_slots
+from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params, Updates
 from gradtx._paths.paths import flatten, virtual
 from gradtx._paths.selectors import Selector, SelectorError, as_selector, select
 
@@ -110,7 +111,7 @@ def vmap_leading(fn: Callable, n: int, in_axes: Any = 0, out_axes: Any = 0) -> C
     return fn
 
 
-class StackedTransform(ElementwiseTransform):
+class StackedTransform(PerArrayTransform):
     """Per-leaf math with a `stacked` field: selected leaves run as stacks of leaves.
 
     A subclass declares a static field `stacked` (converted by `as_stacked`), writes
@@ -121,6 +122,8 @@ class StackedTransform(ElementwiseTransform):
 
     per_leaf_structure: ClassVar[bool] = True
     unstacked_slots: ClassVar[tuple[str, ...]] = ("count",)
+    if TYPE_CHECKING:  # each subclass's own field: declared here, it would be the first argument
+        stacked: ClassVar[Stacked]
 
     def slot_groups(
         self, tree: Any, depth: dict[str, int]
@@ -142,7 +145,7 @@ class StackedTransform(ElementwiseTransform):
         """The per-leaf math for paths keeping slots `names`; the default is `update_leaf`."""
         return self.update_leaf
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Slots for every non-`None` leaf; stacked leaves get one slice per stacked index."""
         depth = resolve_stacked(self.stacked, params, self.name, strict=True)
         if not self.state_keys():
@@ -173,9 +176,9 @@ class StackedTransform(ElementwiseTransform):
 
         return leaf_init
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, dict]:
         """Apply the per-leaf math to every present path, stacked leaves slice by slice."""
         self.check_state(state)
         depth = resolve_stacked(self.stacked, updates, self.name, strict=False)

@@ -11,11 +11,12 @@ host time per statistics dict.)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 from jax import lax
 
+from gradtx._core.module import Module
 from gradtx._paths.paths import map_with_old
 
 __all__ = [
@@ -35,10 +36,11 @@ class KeepsStatistics:
     """
 
     __slots__ = ()
+    keep_statistics: bool  # each class's own static field
 
     def without_statistics(self) -> Any:
         """This transformation, its state without the statistics."""
-        return self.replace(keep_statistics=False)  # type: ignore[attr-defined]
+        return cast(Module, self).replace(keep_statistics=False)  # a mixin of Module classes
 
 
 class StatisticName(str):

@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.update_layout import like
+from gradtx._core.update_sharding import like
 from gradtx._paths.cache import bounded_lru_cache
 
 __all__ = [

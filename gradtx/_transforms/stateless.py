@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Transformation
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
@@ -40,14 +41,12 @@ class Stateless(Transformation):
         """`stateless` on every present path."""
         return _described(self.name, params)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """No state (`{}`); packed params are refused, since `f` sees the whole tree."""
         reject_packed(params, self.name, "passes the whole updates tree to `f`")
         return {}
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
         """`f(updates, params)`; its result must have the paths of `updates`."""
         check_state_keys(self.name, state, ())
         reject_packed(updates, self.name, "passes the whole updates tree to `f`")
@@ -96,7 +95,7 @@ def stateless(f: Callable[[Any, Any], Any]) -> Stateless:
     return Stateless(f)
 
 
-class StatelessWithTreeMap(ElementwiseTransform):
+class StatelessWithTreeMap(PerArrayTransform):
     """`f(g, param) -> u` on every present path (see `stateless_with_tree_map`)."""
 
     name: ClassVar[str] = "stateless_with_tree_map"

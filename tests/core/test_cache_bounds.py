@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradtx
-from gradtx._core import dispatch
+from gradtx._core import outermost_call
 from gradtx._paths import cache
 from gradtx._paths import paths as paths_module
 from gradtx._paths.cache import BoundedCache
@@ -30,7 +30,7 @@ NOT_CACHES = {
     # the state dtypes read by each running chain, removed when its update ends
     ("gradtx._core.widening", "_READS"),
     # what runs after the outermost `init`, registered once when the state tools are imported
-    ("gradtx._core.protocol", "_init_finishers"),
+    ("gradtx._core.outermost_call", "_init_finishers"),
 }
 
 
@@ -92,11 +92,11 @@ def test_eager_steps_reuse_one_compiled_program_whatever_the_hyperparameters():
     tx = gradtx.adam(1e-3)
     state = tx.init(params)
     _, state = tx.update(grads, state, params)
-    before = dispatch._run._cache_size()
+    before = outermost_call._compiled._cache_size()
     for step in range(20):
         tx = gradtx.adam(1e-3 * (step + 1))
         _, state = tx.update(grads, state, params)
-    assert dispatch._run._cache_size() == before
+    assert outermost_call._compiled._cache_size() == before
 
 
 def _cached_entries() -> dict[str, int]:

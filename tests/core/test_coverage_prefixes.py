@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradtx
-from gradtx._core.boundary import check_complete
+from gradtx._core.call_checks import check_complete
 
 
 @pytest.mark.parametrize(

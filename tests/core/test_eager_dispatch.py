@@ -3,9 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import gradtx
-from gradtx._core import dispatch as _dispatch
+from gradtx._core import outermost_call
 
 
 def _params(n=6):
@@ -15,17 +16,17 @@ def _params(n=6):
 def test_eager_update_compiles_once_per_structure():
     params = _params()
     grads = jax.tree.map(jnp.ones_like, params)
-    before = _dispatch._run._cache_size()
+    before = outermost_call._compiled._cache_size()
     tx = gradtx.adam(1e-3)
     state = tx.init(params)
     updates, state = tx.update(grads, state, params)
-    after_first = _dispatch._run._cache_size()
+    after_first = outermost_call._compiled._cache_size()
     assert after_first == before + 1
     # Same structure, new learning rate and new state values: the cached program is reused.
     tx2 = gradtx.adam(5e-3)
     for _ in range(3):
         updates, state = tx2.update(grads, state, params)
-    assert _dispatch._run._cache_size() == after_first
+    assert outermost_call._compiled._cache_size() == after_first
 
 
 def test_eager_update_equals_jitted_update():
@@ -43,10 +44,10 @@ def test_disable_jit_runs_the_python_code():
     traced = []
 
     class Spy(gradtx.Transformation):
-        def init(self, params):
+        def init_state(self, params):
             return {}
 
-        def update(self, updates, state, params=None, **extra):
+        def step(self, updates, state, params=None, **extra):
             traced.append(isinstance(jax.tree.leaves(updates)[0], jax.core.Tracer))
             return updates, state
 
@@ -55,6 +56,43 @@ def test_disable_jit_runs_the_python_code():
     with jax.disable_jit():
         Spy().update(params, {}, params)
     assert traced == [True, False]
+
+
+def test_a_class_that_writes_its_own_update_keeps_it_and_runs_as_written():
+    calls = []
+
+    def update(self, updates, state, params=None, **extra):
+        calls.append(isinstance(jax.tree.leaves(updates)[0], jax.core.Tracer))
+        return updates, state
+
+    class OwnUpdate(gradtx.Transformation):
+        def init(self, params):
+            return {}
+
+    OwnUpdate.update = update  # as a class body would define it
+    assert OwnUpdate.update is update
+    params = _params(1)
+    tx = OwnUpdate()
+    tx.update(params, {}, params)  # no eager dispatch: the user's function, called eagerly
+    assert calls == [False]
+    # combinators call its `step`, which is that `update`, with no outermost work of its own
+    gradtx.chain(tx).update(params, gradtx.chain(tx).init(params), params)
+    assert calls[-1] is True
+
+
+def test_a_class_without_a_step_or_a_state_maker_fails_when_instantiated():
+    class NoStep(gradtx.Transformation):
+        def init_state(self, params):
+            return {}
+
+    class NoState(gradtx.Transformation):
+        def step(self, updates, state, params=None, **extra):
+            return updates, state
+
+    with pytest.raises(TypeError, match="NoStep defines neither `step` nor `update`"):
+        NoStep()
+    with pytest.raises(TypeError, match="NoState defines neither `init_state` nor `init`"):
+        NoState()
 
 
 def test_non_array_extra_arguments_fall_back_to_direct_calls():

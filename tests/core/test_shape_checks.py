@@ -210,7 +210,7 @@ def test_the_checks_leave_the_compiled_step_alone():
     # no check survives into the program: it holds Adam's arithmetic only
     assert "cond" not in str(traced.jaxpr) and "assert" not in str(traced.jaxpr)
     # and eager calls reuse one compiled program
-    before = gradtx._core.dispatch._run._cache_size()
+    before = gradtx._core.outermost_call._compiled._cache_size()
     for _ in range(3):
         _, state = tx.update(params, state, params)
-    assert gradtx._core.dispatch._run._cache_size() - before <= 1
+    assert gradtx._core.outermost_call._compiled._cache_size() - before <= 1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradtx
-import gradtx._core.elementwise as elementwise
+import gradtx._core.per_array as elementwise
 from gradtx._paths.cache import BoundedCache
 
 

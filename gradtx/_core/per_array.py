@@ -9,15 +9,16 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+from jax.core import Tracer
 
-from gradtx._core.lift import init_slots, update_slots
-from gradtx._core.module import Module
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.lift import check_state_keys, init_slots, update_slots
+from gradtx._core.module import is_schedule
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._layouts.packed import join_path
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["ElementwiseTransform", "Float16Check", "hyperparam_at", "warn_float16_statistics"]
+__all__ = ["PerArrayTransform", "Float16Check", "hyperparam_at", "warn_float16_statistics"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +41,12 @@ class Float16Check:
 
 def hyperparam_at(value: Any, count: Any) -> Any:
     """A hyperparameter's float32 value at step `count` (schedules and functions are called)."""
-    if isinstance(value, Module) or callable(value):
+    if is_schedule(value):
         return jnp.asarray(value(count), jnp.float32)
     return value
 
 
-class ElementwiseTransform(Transformation):
+class PerArrayTransform(Transformation):
     """A transformation defined by per-array math; the tree plumbing is shared.
 
     Subclasses define:
@@ -90,7 +91,7 @@ class ElementwiseTransform(Transformation):
         """Per-array math: the new update and the changed slots."""
         raise TypeError(f"{type(self).__name__} does not define update_leaf")
 
-    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+    def selected_paths(self, updates: Updates, params: Params) -> set[str] | None:
         """Paths to transform (others pass through); `None` means every present path."""
         return None
 
@@ -99,7 +100,7 @@ class ElementwiseTransform(Transformation):
     # `selected_paths` splits (see `AddDecayedWeights`, which reads `g` once that way).
     masked_update_leaf: ClassVar[Callable[..., tuple[Any, dict]] | None] = None
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """Every selected path, with this transformation's hyperparameters at `step`."""
         described = super().describe(params, step)
         chosen = self.selected_paths(params, params)
@@ -107,7 +108,7 @@ class ElementwiseTransform(Transformation):
             return described
         return {path: steps for path, steps in described.items() if path in chosen}
 
-    def check_state(self, state: Any) -> None:
+    def check_state(self, state: State) -> None:
         """Raise a clear error if `state` was not made by this transformation's `init`."""
         check_state_keys(self.name, state, self.state_keys())
 
@@ -115,21 +116,23 @@ class ElementwiseTransform(Transformation):
         """The per-path slots among `state_keys()` (all of them unless a subclass says)."""
         return self.state_keys()
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Slots for every non-`None` leaf of `params`."""
         warn_float16_statistics(self, params, self.selected_paths(params, params))
         keys = self.slot_keys()
         counts = [k for k in keys if k in self.step_count_slots]
         return init_slots(params, self.init_leaf, keys, step_counts=counts)
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, dict]:
         """Apply `update_leaf` to every path present in `updates`."""
         self.check_state(state)
         return self.transform_slots(updates, state, params)
 
-    def transform_slots(self, updates: Any, slots: dict, params: Any) -> tuple[Any, dict]:
+    def transform_slots(
+        self, updates: Updates, slots: dict, params: Params
+    ) -> tuple[Updates, dict]:
         """`update_leaf` on every present path, with the per-path `slots` (not checked)."""
         return update_slots(
             _traced_once(self),
@@ -144,7 +147,7 @@ class ElementwiseTransform(Transformation):
         )
 
 
-def warn_float16_statistics(tx: Any, params: Any, where: set[str] | None = None) -> None:
+def warn_float16_statistics(tx: Any, params: Params, where: set[str] | None = None) -> None:
     """Warn when float16 params would keep `tx.float16_check`'s slots in float16.
 
     A squared gradient underflows there: 1e-3 squares to 1e-6, below float16's smallest
@@ -198,7 +201,7 @@ def warn_float16_statistics(tx: Any, params: Any, where: set[str] | None = None)
     )
 
 
-def _run_update_leaf(tx: ElementwiseTransform, g: Any, slots: dict, param: Any) -> tuple:
+def _run_update_leaf(tx: PerArrayTransform, g: Any, slots: dict, param: Any) -> tuple:
     return tx.update_leaf(g, slots, param)
 
 
@@ -214,12 +217,12 @@ _CALL_FROM = 6  # operations in one leaf's math
 _calls: BoundedCache = BoundedCache(4096)
 
 
-def _traced_once(tx: ElementwiseTransform) -> Callable[..., tuple[Any, dict]]:
+def _traced_once(tx: PerArrayTransform) -> Callable[..., tuple[Any, dict]]:
     """`tx.update_leaf`, called through `_update_leaf_once` when tracing math of some size."""
     structure = jax.tree.structure(tx)
 
     def leaf_update(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        if not isinstance(g, jax.core.Tracer):
+        if not isinstance(g, Tracer):
             return tx.update_leaf(g, slots, param)
         key = (structure, _signature(g), _signature(slots), _signature(param))
         call = _calls.get(key)

@@ -1,28 +1,32 @@
-"""Checks at the boundary of the user's own call: partial updates said out loud, array leaves.
+"""The checks of the user's own call: partial updates said out loud, array leaves, shapes.
 
 A gradient tree that silently lacks paths of the params would freeze those parameters: almost
 always a typo in a key, or a subtree left out by mistake. So the outermost `update` call checks
 that every parameter path is present in the gradients, as an array or as a `None` leaf ("no
 gradient", Equinox's convention), unless the caller declares the update partial:
-`tx.update(grads, state, params, partial=True)`. Inner calls (a chain's children, a partition's
-groups) inherit the outermost call's declaration, since combinators hand them the same paths.
-
-The outermost call also checks that each gradient has its parameter's shape, and, traced as
-the body of a loop that carries the state, that the state keeps its structure. All of it
-runs while tracing: the compiled step holds none of it.
+`tx.update(grads, state, params, partial=True)`. The declaration holds for the whole call (a
+chain's children, a partition's groups), since combinators hand them the same paths. The
+outermost call also checks that each gradient has its parameter's shape, and, traced as the
+body of a loop that carries the state, that the state keeps its structure; its `init` checks
+the schedules. All of it runs while tracing: the compiled step holds none of it. The order in
+which they run is in gradtx/_core/outermost_call.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
+from gradtx._core.module import is_schedule
 from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import is_unit
 from gradtx._paths.subset import present_paths
@@ -30,44 +34,30 @@ from gradtx._paths.subset import present_paths
 __all__ = [
     "check_complete",
     "check_leaves",
+    "check_schedules",
     "check_shapes",
     "check_stable_carry",
     "declared",
-    "outermost",
     "partial_allowed",
 ]
 
 _local = threading.local()
 
 
-def _stack() -> list[bool]:
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
 def partial_allowed() -> bool:
     """Whether the running `update` call was declared partial (False outside any call)."""
-    stack = _stack()
-    return bool(stack) and stack[-1]
-
-
-def outermost() -> bool:
-    """Whether the running `update` call is the outermost one (the user's own call)."""
-    return len(_stack()) == 1
+    return getattr(_local, "partial", False)
 
 
 @contextlib.contextmanager
 def declared(partial: bool) -> Iterator[bool]:
     """Run an `update` call, partial if it says so or if an enclosing call did; yields that."""
-    stack = _stack()
-    allowed = bool(partial) or (bool(stack) and stack[-1])
-    stack.append(allowed)
+    before = partial_allowed()
+    _local.partial = allowed = bool(partial) or before
     try:
         yield allowed
     finally:
-        stack.pop()
+        _local.partial = before
 
 
 def check_complete(owner: str, present: Iterable[str], known: Iterable[str]) -> None:
@@ -117,7 +107,7 @@ _FILTER_HINT = (
 )
 
 
-def check_leaves(owner: str, what: str, paths: list[str], leaves: list[Any]) -> None:
+def check_leaves(owner: str, what: str, paths: Sequence[str], leaves: Sequence[Any]) -> None:
     """Raise if a leaf of the user's `what` tree ("gradients", "params") is no float array.
 
     `None` leaves and packed params pass; Python and NumPy numbers pass as params. A function,
@@ -135,7 +125,7 @@ def check_leaves(owner: str, what: str, paths: list[str], leaves: list[Any]) -> 
                 f"{owner}: the {what} leaf at {path!r} is a {type(leaf).__name__}, not an "
                 f"array. {_FILTER_HINT}"
             )
-        if what == "gradients" and not jax.dtypes.issubdtype(dtype, np.inexact):
+        if what == "gradients" and not jnp.issubdtype(dtype, np.inexact):
             name = "float0" if dtype == jax.dtypes.float0 else np.dtype(dtype).name
             raise TypeError(
                 f"{owner}: the gradient at {path!r} has dtype {name}: integer and boolean "
@@ -144,7 +134,9 @@ def check_leaves(owner: str, what: str, paths: list[str], leaves: list[Any]) -> 
             )
 
 
-def check_shapes(owner: str, paths: list[str], grads: list[Any], params: dict[str, Any]) -> None:
+def check_shapes(
+    owner: str, paths: Sequence[str], grads: Sequence[Any], params: dict[str, Any]
+) -> None:
     """Raise if a gradient's shape differs from its parameter's (`params`: `{path: leaf}`).
 
     Dtypes may differ (bfloat16 gradients of float32 params); shapes may not. `None`
@@ -191,7 +183,7 @@ def _carrying_loop(state: Any) -> str | None:
     if loop is None:
         return None
     for leaf in jax.tree_util.tree_leaves(state):
-        if isinstance(leaf, jax.core.Tracer):
+        if isinstance(leaf, Tracer):
             return loop if getattr(leaf, "_trace", None) is trace else None
     return None
 
@@ -204,7 +196,7 @@ def _split_counts(state: Any, new_state: Any) -> list[str]:
     out = []
     for key, counts in old:
         after = new.get(key)
-        if is_counts(counts) and is_counts(after) and after.layout != counts.layout:
+        if is_counts(counts) and isinstance(after, StepCounts) and after.layout != counts.layout:
             out.append(jax.tree_util.keystr(key, simple=True, separator="/"))
     return out
 
@@ -241,3 +233,47 @@ def check_stable_carry(owner: str, updates: Any, state: Any, new_state: Any) -> 
         "the rest. From then on the counts stay one per path, whichever paths a step leaves "
         "out."
     )
+
+
+def check_schedules(tx: Any) -> None:
+    """Raise if a hyperparameter given as a schedule does not return one number per step.
+
+    Each schedule (or plain function of the step) is traced once, abstractly, at a scalar
+    int32 step: it must return a real numeric scalar (shape `()`). The error names the
+    transformation, the argument, and the shape or type it returned.
+    """
+    for f in dataclasses.fields(tx):
+        if not f.metadata.get("hyperparam"):
+            continue
+        value = getattr(tx, f.name)
+        if not is_schedule(value):
+            continue
+        returned: list[Any] = []
+
+        def probe(step: Any, schedule: Any = value, returned: list = returned) -> Any:
+            out = schedule(step)
+            returned.append(out)
+            return out if isinstance(out, (jax.Array, np.ndarray, np.generic)) else None
+
+        try:
+            out = jax.eval_shape(probe, jax.ShapeDtypeStruct((), np.int32))
+        except Exception as e:  # noqa: BLE001 - any failure is the schedule's: say whose
+            raise TypeError(
+                f"{tx.name}: the schedule given as `{f.name}` fails when called with a step "
+                f"count (an int32 scalar): {type(e).__name__}: {e}"
+            ) from e
+        if out is None:
+            first = returned[0] if returned else None
+            if isinstance(first, (int, float)) and not isinstance(first, bool):
+                continue  # a constant Python number: fine
+            problem = f"type {type(first).__name__ if returned else 'nothing'}"
+        elif out.shape != () or not any(
+            jnp.issubdtype(out.dtype, kind) for kind in (np.integer, np.floating)
+        ):
+            problem = f"shape {out.shape}, dtype {out.dtype}"
+        else:
+            continue
+        raise TypeError(
+            f"{tx.name}: the schedule given as `{f.name}` must return a real number per step "
+            f"(shape ()), got {problem}."
+        )

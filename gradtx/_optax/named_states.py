@@ -2,7 +2,7 @@
 
 optax keeps the states of a chain in a tuple, so `state_dict` would read `chain/0/mu/w` for
 Adam's first moment. A wrapped transformation's state (`ForeignTransform` in
-`gradtx/_core/protocol.py`) keeps every such tuple as `NamedStates` instead: the same states,
+`gradtx/_optax/wrapped.py`) keeps every such tuple as `NamedStates` instead: the same states,
 in the same order, each under a name (`chain/scale_by_adam/mu/w`). A name is, first found:
 
 1. the transformation that made the entry, when it can be read: the `.name` of a gradtx
@@ -30,7 +30,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+from gradtx._core.protocol import State
 
 __all__ = ["NamedStates", "factory_name", "injected_hyperparams", "keyed", "plain"]
 
@@ -89,12 +92,11 @@ class NamedStates:
     def __iter__(self) -> Iterator[Any]:
         return iter(self.states)
 
+    # Without a `__hash__` of its own it is unhashable, as the states it holds.
     def __eq__(self, other: object) -> Any:
         if not isinstance(other, NamedStates):
             return NotImplemented
         return self.names == other.names and self.states == other.states
-
-    __hash__ = None  # type: ignore[assignment]  # as unhashable as the states it holds
 
     def items(self) -> list[tuple[str, Any]]:
         """`(name, state)` pairs, in order."""
@@ -142,9 +144,9 @@ def _closure(fn: Any) -> dict[str, Any]:
 def _unwrapped(fn: Any) -> Any:
     """The update that optax's `with_extra_args_support` wraps, or `fn` itself."""
     if getattr(fn, "__qualname__", "") == "with_extra_args_support.<locals>.update":
-        inner = _closure(fn).get("tx")
-        if callable(getattr(inner, "update", None)):
-            return inner.update
+        update = getattr(_closure(fn).get("tx"), "update", None)
+        if callable(update):
+            return update
     return fn
 
 
@@ -243,7 +245,7 @@ def _names(states: tuple, makers: tuple[Maker | None, ...]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def keyed(state: Any, maker: Maker | None = None) -> Any:
+def keyed(state: State, maker: Maker | None = None) -> State:
     """`state` with every plain tuple in it kept as `NamedStates` (see the module's text).
 
     Args:
@@ -282,7 +284,7 @@ def keyed(state: Any, maker: Maker | None = None) -> Any:
     return state
 
 
-def plain(state: Any) -> Any:
+def plain(state: State) -> State:
     """`state` as the wrapped transformation made it: every `NamedStates` back to a tuple.
 
     Examples:
@@ -311,12 +313,12 @@ def _injected(state: Any) -> list[Mapping]:
 
 
 def _scalar(value: Any) -> float | int | None:
-    if jax.dtypes.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key):
+    if jnp.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key):
         return None  # a typed PRNG key is no number
     array = np.asarray(value)
-    if array.shape != () or not jax.dtypes.issubdtype(array.dtype, np.number):
+    if array.shape != () or not jnp.issubdtype(array.dtype, np.number):
         return None
-    return float(array) if jax.dtypes.issubdtype(array.dtype, np.inexact) else int(array)
+    return float(array) if jnp.issubdtype(array.dtype, np.inexact) else int(array)
 
 
 def injected_hyperparams(inner: Any, step: int = 0) -> dict[str, float | int]:

@@ -59,8 +59,14 @@ def like(x: Any, ref: Any) -> Any:
     For values that must have one type under explicit axes: the branches of a `lax.cond`,
     the cases of a `where`.
     """
-    target = _explicit_of(ref)
-    own = _explicit_sharding(x) if target is not None else None
+    return _resharded(x, _explicit_of(ref))
+
+
+def _resharded(x: Any, target: NamedSharding | None) -> Any:
+    """`x` resharded to `target` where both are explicit and differ, else `x`."""
+    if target is None:
+        return x
+    own = _explicit_sharding(x)
     if own is None or _spec(own) == _spec(target):
         return x
     return jax.sharding.reshard(x, target)
@@ -91,13 +97,7 @@ def like_params(updates: Any, params: Any) -> Any:
     if not targets:
         return updates
     paths, leaves, treedef = flatten(updates)
-    out = []
-    for path, update in zip(paths, leaves):
-        target = targets.get(path)
-        own = _explicit_sharding(update) if target is not None else None
-        if own is not None and _spec(own) != _spec(target):
-            update = jax.sharding.reshard(update, target)
-        out.append(update)
+    out = [_resharded(update, targets.get(path)) for path, update in zip(paths, leaves)]
     return jax.tree.unflatten(treedef, out)
 
 
