@@ -8,7 +8,7 @@ matched by path, `None` leaves stay `None`, and each result keeps its leaf's dty
     params = gradtx.projections.projection_non_negative(params)
 """
 
-from gradtx._core.projections import (
+from gradtx._projections.convex_sets import (
     projection_box,
     projection_halfspace,
     projection_hypercube,

@@ -4,8 +4,8 @@ Trees combine by path, not by position (a dict and a dataclass with the same pat
 `None` leaves stay `None` and reductions skip them; reductions accumulate in at least float32.
 """
 
-from gradtx._core.tree_access import get, set
-from gradtx._core.tree_math import (
+from gradtx._tree.access import get, set
+from gradtx._tree.arithmetic import (
     add,
     add_scale,
     cast,
@@ -21,7 +21,7 @@ from gradtx._core.tree_math import (
     where,
     zeros_like,
 )
-from gradtx._core.tree_reductions import allclose, max, min, norm, size, sum, vdot
+from gradtx._tree.reductions import allclose, max, min, norm, size, sum, vdot
 
 __all__ = [
     "add",

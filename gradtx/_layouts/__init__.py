@@ -1,1 +1,1 @@
-"""Storage layouts: packed buffers, complex leaves as real pairs, grouped per-path step counts."""
+"""Layer 2, storage layouts: packed buffers, complex leaves as real pairs, grouped step counts."""

@@ -23,13 +23,14 @@ import dataclasses
 import functools
 import math
 import weakref
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.core import Tracer
 from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._paths.cache import BoundedCache
@@ -59,8 +60,8 @@ __all__ = [
 LARGE_LEAF = 1 << 16
 
 # XLA's GPU multi-output fusion weighs every pair of fusions that read one operand. A buffer
-# sliced into 1000 leaves gave it half a million pairs, over half of the GPU compile of the
-# MLP of 1000 leaves, and quadratic in the leaves. Leaves read through views of 64 leaves
+# sliced into many leaves gave it a pair count quadratic in the leaves, most of the GPU compile
+# of the many-leaf MLP. Leaves read through views of 64 leaves
 # each cut that pass to a small part of it (benchmarks/compile_time.py, on a GPU).
 LEAVES_PER_VIEW = 64
 
@@ -117,20 +118,13 @@ class Layout:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, Layout):
-            return NotImplemented
-        return self._hash == other._hash and self._key == other._key
+        return self is other or (
+            isinstance(other, Layout) and self._hash == other._hash and self._key == other._key
+        )
 
     @functools.cached_property
     def all_paths(self) -> tuple[str, ...]:
         return flatten(self.treedef.unflatten([None] * self.treedef.num_leaves))[0]
-
-    @functools.cached_property
-    def spec_by_path(self) -> dict[str, LeafSpec]:
-        """Each non-`None` leaf's `LeafSpec`, by path."""
-        return {s.path: s for s in self.specs}
 
     @functools.cached_property
     def buffer_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -158,7 +152,7 @@ class Layout:
         mask = self._masks.get(key)
         if mask is None:
             # A buffer's leaves lie end to end in spec order (see `pack`).
-            mask = np.repeat(hits, self.leaf_sizes[group])
+            mask = np.repeat(hits, [s.size for s in specs])
             mask.flags.writeable = False
             self._masks.remember(key, mask)
         return mask
@@ -168,14 +162,13 @@ class Layout:
         return BoundedCache(16)
 
     @functools.cached_property
-    def leaf_sizes(self) -> tuple[np.ndarray, ...]:
-        """The sizes of each buffer's leaves, in buffer order."""
-        return tuple(np.array([s.size for s in specs], np.int64) for specs in self.by_group)
-
-    @functools.cached_property
     def structure(self) -> Any:
         """The original tree with `jax.ShapeDtypeStruct` leaves (see `Packed.structure`)."""
-        flat = {s.path: jax.ShapeDtypeStruct(s.shape, self.groups[s.group]) for s in self.specs}
+        return self.tree_of(jax.ShapeDtypeStruct(s.shape, self.groups[s.group]) for s in self.specs)
+
+    def tree_of(self, values: Iterable[Any]) -> Any:
+        """The original tree with `values` (one per spec, in order) at the held paths."""
+        flat = dict(zip((s.path for s in self.specs), values))
         return self.treedef.unflatten([flat.get(p) for p in self.all_paths])
 
 
@@ -193,9 +186,7 @@ def _interned(layout: Layout) -> Layout:
 
 def join_path(prefix: str, path: str) -> str:
     """`prefix/path`, or either alone when the other is empty."""
-    if not prefix:
-        return path
-    return f"{prefix}/{path}" if path else prefix
+    return f"{prefix}/{path}" if prefix and path else prefix or path
 
 
 _OFFSETS: BoundedCache = BoundedCache(256)
@@ -226,12 +217,9 @@ class Packed:
         self.buffers = tuple(buffers)
 
     def __repr__(self) -> str:
-        parts = ", ".join(
-            f"{g}[{','.join(map(str, shape))}]"
-            for g, shape in zip(
-                buffer_names(self.layout.groups), self.layout.buffer_shapes, strict=True
-            )
-        )
+        names = buffer_names(self.layout.groups)
+        shapes = [",".join(map(str, shape)) for shape in self.layout.buffer_shapes]
+        parts = ", ".join(f"{name}[{shape}]" for name, shape in zip(names, shapes))
         return f"Packed({len(self.layout.specs)} leaves in {parts})"
 
     # ---- reading the leaves back -------------------------------------------------------
@@ -266,16 +254,15 @@ class Packed:
             >>> gradtx.pack(params).unpack()["w"].shape
             (2, 2)
         """
-        self._check_full("unpack")
+        for group, buffer in enumerate(self.buffers):
+            if np.ndim(buffer) == 0 and self.layout.sizes[group]:
+                raise ValueError(f"Packed.unpack: buffer {group} holds one shared value.")
         if offsets is not None and len(offsets) != len(self.layout.specs):
             raise ValueError(
                 f"Packed.unpack: expected {len(self.layout.specs)} offsets (from "
                 f"`packed.offsets()`), got {len(offsets)}."
             )
-        leaves = iter(_unpack(self.layout, self.buffers, offsets))
-        held = self.layout.spec_by_path
-        rebuilt = [next(leaves) if path in held else None for path in self.layout.all_paths]
-        return self.layout.treedef.unflatten(rebuilt)
+        return self.layout.tree_of(_unpack(self.layout, self.buffers, offsets))
 
     def paths(self, prefix: str = "") -> list[str]:
         """The paths of the leaves it holds (under `prefix`), in tree order."""
@@ -285,15 +272,13 @@ class Packed:
         """`(path, array)` per leaf: slices of the buffers (a shared scalar is repeated)."""
         for spec in self.layout.specs:
             buffer = self.buffers[spec.group]
-            if np.ndim(buffer) == 0:
-                yield join_path(prefix, spec.path), buffer
-            elif isinstance(buffer, jax.ShapeDtypeStruct):
-                # A buffer of one leaf is that leaf, sharding included.
-                if buffer.shape != spec.shape:
+            # A shared value is kept, and so is a buffer of one leaf: that leaf, sharding included.
+            if np.ndim(buffer) and np.shape(buffer) != spec.shape:
+                if isinstance(buffer, jax.ShapeDtypeStruct):
                     buffer = jax.ShapeDtypeStruct(spec.shape, buffer.dtype)
-                yield join_path(prefix, spec.path), buffer
-            else:
-                yield join_path(prefix, spec.path), slice_leaf(buffer, spec)
+                else:
+                    buffer = slice_leaf(buffer, spec)
+            yield join_path(prefix, spec.path), buffer
 
     def structure(self) -> Any:
         """The original tree with `jax.ShapeDtypeStruct` leaves (what selectors look at).
@@ -313,11 +298,6 @@ class Packed:
         return self.replace(
             tuple(fn(*bufs) for bufs in zip(self.buffers, *(o.buffers for o in others)))
         )
-
-    def _check_full(self, what: str) -> None:
-        for group, buffer in enumerate(self.buffers):
-            if np.ndim(buffer) == 0 and self.layout.sizes[group]:
-                raise ValueError(f"Packed.{what}: buffer {group} holds one shared value.")
 
 
 def check_same_layout(a: Packed, b: Any, owner: str, path: str = "") -> None:
@@ -359,7 +339,7 @@ def reading_views(buffer: Any, count: int) -> list:
     leaves, so that XLA no longer finds thousands of slices of one operand. The barrier
     copies nothing: its outputs alias the buffer. Otherwise every leaf reads the buffer.
     """
-    if count <= LEAVES_PER_VIEW or np.ndim(buffer) == 0 or not isinstance(buffer, jax.core.Tracer):
+    if count <= LEAVES_PER_VIEW or np.ndim(buffer) == 0 or not isinstance(buffer, Tracer):
         return [buffer] * count
     views = lax.optimization_barrier((buffer,) * -(-count // LEAVES_PER_VIEW))
     return [views[i // LEAVES_PER_VIEW] for i in range(count)]
@@ -389,9 +369,7 @@ def _unpack_leaves(layout: Layout, buffers: tuple, offsets: tuple | None) -> lis
     return [slice_leaf(next(views[s.group]), s, o) for s, o in zip(layout.specs, offsets)]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _unpack(layout: Layout, buffers: tuple, offsets: tuple | None) -> list:
-    return _unpack_leaves(layout, buffers, offsets)
+_unpack = jax.custom_vjp(_unpack_leaves, nondiff_argnums=(0,))
 
 
 def _unpack_fwd(layout: Layout, buffers: tuple, offsets: tuple | None) -> tuple:
@@ -401,18 +379,17 @@ def _unpack_fwd(layout: Layout, buffers: tuple, offsets: tuple | None) -> tuple:
 def _unpack_bwd(layout: Layout, offsets: tuple | None, cotangents: list) -> tuple:
     # The leaves tile their buffers exactly, so a buffer's cotangent is one concatenation of
     # its leaves' cotangents (rather than one buffer-sized scatter per leaf).
-    by_spec = dict(zip(layout.specs, cotangents))
-    grads = []
-    for group, specs in enumerate(layout.by_group):
-        dtype = layout.groups[group]
-        pieces = [by_spec[s] for s in specs]
-        pieces = [c if c.dtype == dtype else c.astype(dtype) for c in pieces]
-        shape = layout.buffer_shapes[group]
-        grads.append(join_leaves(pieces, shape) if pieces else jnp.zeros(shape, dtype))
+    pieces: list[list] = [[] for _ in layout.groups]
+    for spec, c in zip(layout.specs, cotangents):
+        dtype = layout.groups[spec.group]
+        pieces[spec.group].append(c if c.dtype == dtype else c.astype(dtype))
+    grads = tuple(
+        join_leaves(leaves, shape) if leaves else jnp.zeros(shape, dtype)
+        for leaves, shape, dtype in zip(pieces, layout.buffer_shapes, layout.groups)
+    )
     if offsets is None:
-        return tuple(grads), None
-    zeros = tuple(np.zeros((), jax.dtypes.float0) for _ in offsets)
-    return tuple(grads), zeros
+        return grads, None
+    return grads, tuple(np.zeros((), jax.dtypes.float0) for _ in offsets)
 
 
 _unpack.defvjp(_unpack_fwd, _unpack_bwd)
@@ -536,22 +513,6 @@ def plan_layout(
     return layout, pieces
 
 
-def split_sharding(leaf: Any) -> Any:
-    """The sharding that splits `leaf` over devices, or `None`.
-
-    `None` for a replicated or single-device leaf and where the sharding is unknown: a
-    tracer under automatic mesh axes (whose type shows no split), a NumPy array, a
-    `jax.ShapeDtypeStruct` without one.
-    """
-    if isinstance(leaf, jax.core.Tracer):
-        sharding = getattr(jax.typeof(leaf), "sharding", None)
-    else:
-        sharding = getattr(leaf, "sharding", None)
-    if sharding is None or getattr(sharding, "is_fully_replicated", True):
-        return None
-    return sharding
-
-
 # The params' shardings by path while `gradtx.state_shardings` traces `init` abstractly:
 # tracers under automatic mesh axes show no split, and the layout must be the eager one.
 _KNOWN_SHARDINGS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -570,7 +531,11 @@ def known_shardings(by_path: dict[str, Any]) -> Iterator[None]:
 
 
 def sharded_leaves(tree: Any) -> dict[str, Any]:
-    """`{path: sharding}` for the leaves of `tree` split over devices (see `split_sharding`).
+    """`{path: sharding}` for the leaves of `tree` split over devices.
+
+    A leaf is split by a sharding that is known and not fully replicated. It is unknown for a
+    tracer under automatic mesh axes (whose type shows no split) unless `known_shardings`
+    gives it, a NumPy array, and a `jax.ShapeDtypeStruct` without one.
 
     Examples:
         >>> sharded_leaves({"w": jnp.ones(3)})  # one device: nothing is split
@@ -579,13 +544,13 @@ def sharded_leaves(tree: Any) -> dict[str, Any]:
     found = {}
     known = _KNOWN_SHARDINGS.get() or {}
     for path, leaf in zip(*flatten(tree)[:2]):
-        if leaf is not None and not is_unit(leaf):
-            sharding = split_sharding(leaf)
-            if sharding is None and isinstance(leaf, jax.core.Tracer) and path in known:
-                given = known[path]
-                sharding = None if getattr(given, "is_fully_replicated", True) else given
-            if sharding is not None:
-                found[path] = sharding
+        if isinstance(leaf, Tracer):
+            shardings = [getattr(jax.typeof(leaf), "sharding", None), known.get(path)]
+        else:
+            shardings = [None if is_unit(leaf) else getattr(leaf, "sharding", None)]
+        split = [s for s in shardings if not getattr(s, "is_fully_replicated", True)]
+        if split:
+            found[path] = split[0]
     return found
 
 
@@ -635,15 +600,13 @@ def _abstract_sharding(parts: list, shape: tuple[int, ...]) -> Any:
     """
     if len(parts) == 1 and parts[0].shape == shape:
         return parts[0].sharding
-    meshes = set()
-    for part in parts:
-        sharding = part.sharding
-        if not isinstance(sharding, NamedSharding) or not sharding.is_fully_replicated:
-            return None
-        meshes.add((sharding.mesh, sharding.memory_kind))
+    shardings = [part.sharding for part in parts]
+    if not all(isinstance(s, NamedSharding) and s.is_fully_replicated for s in shardings):
+        return None
+    meshes = {(s.mesh, s.memory_kind) for s in shardings}
     if len(meshes) != 1:
         return None
-    mesh, memory_kind = meshes.pop()
+    [(mesh, memory_kind)] = meshes
     return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
 
 
@@ -659,18 +622,9 @@ def concatenate(flat: list) -> Any:
     return chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks)
 
 
-def _flatten_packed(p: Packed) -> tuple[tuple, Layout]:
-    return p.buffers, p.layout
-
-
 def buffer_names(groups: tuple[str, ...]) -> list[str]:
     """Each buffer's dtype, numbered from the second buffer of a dtype on (`float32#1`)."""
-    seen: dict[str, int] = {}
-    names = []
-    for g in groups:
-        names.append(g if g not in seen else f"{g}#{seen[g]}")
-        seen[g] = seen.get(g, 0) + 1
-    return names
+    return [f"{g}#{groups[:i].count(g)}" if g in groups[:i] else g for i, g in enumerate(groups)]
 
 
 def _flatten_packed_with_keys(p: Packed) -> tuple[tuple, Layout]:
@@ -682,7 +636,7 @@ jax.tree_util.register_pytree_with_keys(
     Packed,
     _flatten_packed_with_keys,
     lambda layout, buffers: Packed(layout, tuple(buffers)),
-    _flatten_packed,
+    lambda p: (p.buffers, p.layout),
 )
 
 

@@ -19,12 +19,13 @@ otherwise not notice that the params it meets are not those it was made for.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._layouts.packed import join_path
 from gradtx._paths.cache import BoundedCache
@@ -43,7 +44,7 @@ class CountLayout:
     known, holds the shape of each path's parameter at `init`, in `order`.
     """
 
-    __slots__ = ("_by_path", "_hash", "_nnx_keys", "groups", "index", "order", "shapes")
+    __slots__ = ("_hash", "_nnx_keys", "groups", "index", "order", "shape_by_path", "shapes")
 
     def __init__(
         self,
@@ -55,9 +56,9 @@ class CountLayout:
         self.order = order
         self.shapes = shapes
         self.index = {path: i for i, paths in enumerate(groups) for path in paths}
+        self.shape_by_path: dict[str, Shape] = dict(zip(order, shapes or ()))
         self._hash = hash((groups, order, shapes))
         self._nnx_keys: tuple[str, ...] | None = None
-        self._by_path: dict[str, Shape] | None = None
 
     def __hash__(self) -> int:
         return self._hash
@@ -69,14 +70,6 @@ class CountLayout:
             and self.order == other.order
             and self.shapes == other.shapes
         )
-
-    def shape_of(self, path: str) -> Shape | None:
-        """The shape of `path`'s parameter at `init`, or None where it was not recorded."""
-        if self.shapes is None:
-            return None
-        if self._by_path is None:  # layouts are shared (see `_layout`): built once each
-            self._by_path = dict(zip(self.order, self.shapes))
-        return self._by_path.get(path)
 
     def nnx_keys(self) -> tuple[str, ...]:
         """One key per group for Flax NNX: its first path, and how many paths it holds."""
@@ -148,7 +141,7 @@ class StepCounts(Mapping):
 
     def shape(self, path: str) -> Shape | None:
         """The shape of `path`'s parameter when the state was made (None if not recorded)."""
-        return self.layout.shape_of(path)
+        return self.layout.shape_by_path.get(path)
 
     def __getitem__(self, path: str) -> Any:
         return self.scalars[self.layout.index[path]]
@@ -181,14 +174,7 @@ class StepCounts(Mapping):
         From the first update that leaves some of its paths out, the counts are one per
         path (as they are then kept), so the layout changes at most once in a state's life.
         """
-        if all(path in present for path in self.layout.index):
-            return StepCounts(self.layout, [next_count(v) for v in self.scalars])
-        counts = self.per_path()
-        values = [
-            next_count(v) if path in present else v
-            for path, v in zip(counts.layout.order, counts.scalars)
-        ]
-        return StepCounts(counts.layout, values)
+        return self._replaced(present, lambda _, count: next_count(count))
 
     def updated(self, new: Mapping[str, Any]) -> StepCounts:
         """The values after an update that gave each path in `new` that value.
@@ -199,10 +185,16 @@ class StepCounts(Mapping):
         From the first update that leaves some paths out, the values are one per path, as
         `advanced` keeps counts.
         """
-        if all(path in new for path in self.layout.index):
-            return StepCounts(self.layout, [new[paths[0]] for paths in self.layout.groups])
+        return self._replaced(new, lambda path, _: new[path])
+
+    def _replaced(self, paths: Collection[str], value: Callable[[str, Any], Any]) -> StepCounts:
+        """`value(path, old)` for the `paths`; per group while they are all the paths."""
+        if all(path in paths for path in self.layout.index):
+            pairs = zip((group[0] for group in self.layout.groups), self.scalars)
+            return StepCounts(self.layout, [value(path, old) for path, old in pairs])
         per = self.per_path()
-        return StepCounts(per.layout, [new.get(p, per[p]) for p in per.layout.order])
+        pairs = zip(per.layout.order, per.scalars)
+        return StepCounts(per.layout, [value(p, old) if p in paths else old for p, old in pairs])
 
     def per_path(self) -> StepCounts:
         """The same counts, one value per path."""
@@ -297,7 +289,7 @@ def group_counts(by_path: dict[str, Any], like: StepCounts | None = None) -> Ste
     for path, value in by_path.items():
         if isinstance(value, jax.ShapeDtypeStruct):
             key: tuple = ("abstract", value.shape, str(value.dtype))
-        elif isinstance(value, jax.core.Tracer):
+        elif isinstance(value, Tracer):
             key = ("path", path)
         else:
             key = ("value", np.asarray(value).item(), str(jnp.result_type(value)))

@@ -43,22 +43,30 @@ class DuplicatePathError(ValueError):
     """Two leaves of one tree render to the same path string."""
 
 
-# Whether each type seen is a unit. `flatten` asks this of every node of every tree it
-# flattens; looked up by type it costs half as much (benchmarks/host_overhead.py).
+def _per_type(known: BoundedCache, test: Callable[[type], bool]) -> Callable[[Any], bool]:
+    """`test` of a value's type, kept in `known` per type.
+
+    `flatten` asks it of every node of every tree it flattens; looked up by type it costs
+    half as much (benchmarks/host_overhead.py).
+    """
+
+    def check(x: Any) -> bool:
+        cls = type(x)
+        try:
+            return known[cls]
+        except KeyError:
+            return known.remember(cls, test(cls))
+
+    return check
+
+
+# True for a container gradtx treats as one unit holding many paths (`gradtx.Packed`).
 _UNIT_TYPES: BoundedCache = BoundedCache(4096)
+is_unit = _per_type(_UNIT_TYPES, lambda cls: bool(getattr(cls, "__gradtx_unit__", False)))
 
 
-def is_unit(x: Any) -> bool:
-    """True for a container gradtx treats as one unit holding many paths (`gradtx.Packed`)."""
-    cls = type(x)
-    try:
-        return _UNIT_TYPES[cls]
-    except KeyError:
-        unit = bool(getattr(cls, "__gradtx_unit__", False))
-        return _UNIT_TYPES.remember(cls, unit)
-
-
-def _is_none(x: Any) -> bool:
+def _is_leaf(x: Any) -> bool:
+    """Where `flatten` stops: `None` (kept as a leaf) and units."""
     return x is None or is_unit(x)
 
 
@@ -86,18 +94,20 @@ def virtual(tree: Any) -> Any:
 
 
 def _virtual_node(x: Any) -> Any:
-    if _is_whole_slot(x):
-        return _view(x[""])
-    return _view(x) if is_unit(x) else x
+    unit = x[""] if _is_whole_slot(x) else x
+    return _view(unit) if is_unit(unit) else x
 
 
 def _is_whole_slot(x: Any) -> bool:
-    """A state's slot of params packed whole: `{"": unit}`, the key being the root's path."""
-    return type(x) is dict and len(x) == 1 and "" in x and is_unit(x[""])
+    """A state's slot of params packed whole: `{"": unit}`, the key being the root's path.
+
+    It is viewed whole, so its paths are `mu/enc/w`, as `state_dict` reads them, not
+    `mu//enc/w`.
+    """
+    return type(x) is dict and len(x) == 1 and is_unit(x.get(""))
 
 
 def _is_unit_or_slot(x: Any) -> bool:
-    # The slot's paths are then `mu/enc/w`, as `state_dict` reads them, not `mu//enc/w`.
     return is_unit(x) or _is_whole_slot(x)
 
 
@@ -131,10 +141,6 @@ def owning_path(key: str, paths: Collection[str]) -> str | None:
     return None
 
 
-# Whether each type seen is path-transparent (see the module docstring), looked up by type
-# like `_UNIT_TYPES`: `_compute_paths` asks it of every node of a new structure.
-_TRANSPARENT_TYPES: BoundedCache = BoundedCache(4096)
-
 # The Flax boxes around one value, by (class name, module prefix): NNX's `Variable` (and so
 # `Param`, `BatchStat`, user subclasses) and the `VariableState` that an `nnx.State` holds in
 # earlier Flax versions; Linen's `AxisMetadata` (`nn.Partitioned`, `nn.LogicallyPartitioned`:
@@ -159,25 +165,15 @@ def _transparent_type(cls: type) -> bool:
     )
 
 
-def is_path_transparent(x: Any) -> bool:
-    """True for a box whose single value takes the box's own path (a Flax NNX `Variable`).
-
-    The type alone decides here; `flatten` further requires that the box flattens to one
-    child keyed `value`, so a box holding anything else keeps its full paths.
-    """
-    cls = type(x)
-    try:
-        return _TRANSPARENT_TYPES[cls]
-    except KeyError:
-        return _TRANSPARENT_TYPES.remember(cls, _transparent_type(cls))
+# True for a box whose single value takes the box's own path (a Flax NNX `Variable`). The
+# type alone decides here; `flatten` further requires that the box flattens to one child
+# keyed `value`, so a box holding anything else keeps its full paths.
+_TRANSPARENT_TYPES: BoundedCache = BoundedCache(4096)
+is_path_transparent = _per_type(_TRANSPARENT_TYPES, _transparent_type)
 
 
 def _stops(x: Any) -> bool:
-    return _is_none(x) or is_path_transparent(x)
-
-
-def _is_value_key(key_path: tuple) -> bool:
-    return len(key_path) == 1 and getattr(key_path[0], "name", None) == "value"
+    return _is_leaf(x) or is_path_transparent(x)
 
 
 def _one_level(node: Any) -> tuple[list[tuple[tuple, Any]], Any]:
@@ -190,12 +186,11 @@ def unbox(node: Any) -> tuple[Any, Any] | None:
 
     The value takes the box's path; `treedef.unflatten([new_value])` rebuilds the box.
     """
-    if _is_none(node) or not is_path_transparent(node):
+    if _is_leaf(node) or not is_path_transparent(node):
         return None
     children, treedef = _one_level(node)
-    if len(children) == 1 and _is_value_key(children[0][0]):
-        return children[0][1], treedef
-    return None
+    keys = [getattr(key, "name", None) for key_path, _ in children for key in key_path]
+    return (children[0][1], treedef) if keys == ["value"] else None
 
 
 def _key_paths(tree: Any) -> Iterator[tuple]:
@@ -205,7 +200,7 @@ def _key_paths(tree: Any) -> Iterator[tuple]:
     """
     found, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_stops)
     for key_path, node in found:
-        if _is_none(node) or not is_path_transparent(node):
+        if _is_leaf(node) or not is_path_transparent(node):
             yield key_path
             continue
         boxed = unbox(node)
@@ -216,20 +211,18 @@ def _key_paths(tree: Any) -> Iterator[tuple]:
 
 
 def _compute_paths(tree: Any) -> tuple[str, ...]:
-    key_paths = list(_key_paths(tree))
-    rendered = tuple(path_of(kp) for kp in key_paths)
-    if len(set(rendered)) != len(rendered):
-        first: dict[str, tuple] = {}
-        for kp, path in zip(key_paths, rendered):
-            if path in first:
-                raise DuplicatePathError(
-                    f"Two leaves have the same path {path!r}: {jax.tree_util.keystr(first[path])}"
-                    f" and {jax.tree_util.keystr(kp)}. gradtx identifies parameters by path; "
-                    "rename one of the keys (for example, a dict key containing '/', or the "
-                    "string key '0' next to the index 0)."
-                )
-            first[path] = kp
-    return rendered
+    first: dict[str, tuple] = {}
+    for kp in _key_paths(tree):
+        path = path_of(kp)
+        if path in first:
+            raise DuplicatePathError(
+                f"Two leaves have the same path {path!r}: {jax.tree_util.keystr(first[path])}"
+                f" and {jax.tree_util.keystr(kp)}. gradtx identifies parameters by path; "
+                "rename one of the keys (for example, a dict key containing '/', or the "
+                "string key '0' next to the index 0)."
+            )
+        first[path] = kp
+    return tuple(first)
 
 
 def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
@@ -244,7 +237,7 @@ def flatten(tree: Any) -> tuple[tuple[str, ...], list[Any], Any]:
         >>> flatten({"a": 1, "b": [2, None]})[0]
         ('a', 'b/0', 'b/1')
     """
-    leaves_, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_none)
+    leaves_, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_leaf)
     try:
         rendered = _CACHE[treedef]
     except KeyError:
@@ -287,7 +280,8 @@ def unflatten(like: Any, flat: dict[str, Any]) -> Any:
     else:
         rendered, _, treedef = flatten(like)
     missing = [p for p in rendered if p not in flat]
-    extra = [p for p in flat if p not in set(rendered)]
+    known = set(rendered)
+    extra = [p for p in flat if p not in known]
     if missing or extra:
         raise KeyError(
             "unflatten: the paths do not match the structure. "

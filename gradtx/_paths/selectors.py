@@ -27,11 +27,13 @@ import dataclasses
 import fnmatch
 import inspect
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._paths.cache import BoundedCache, bounded_lru_cache
 from gradtx._paths.paths import flatten, is_unit, virtual
@@ -84,7 +86,7 @@ def _bool_items(tree: Any) -> tuple[tuple[str, bool], ...] | None:
     items = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
     if not items or not all(_is_bool(x) for _, x in items):
         return None
-    if any(isinstance(x, jax.core.Tracer) for _, x in items):
+    if any(isinstance(x, Tracer) for _, x in items):
         raise SelectorError("A bool-tree selector must hold concrete bools, not traced values.")
     return tuple((p, bool(x)) for p, x in items)
 
@@ -176,9 +178,23 @@ def _is_prefix(prefix: str, path: str) -> bool:
     return prefix == "" or path == prefix or path.startswith(prefix + "/")
 
 
-def _sample(paths_: list[str] | tuple[str, ...], n: int = 8) -> str:
+def _sample(paths_: Sequence[Any], n: int = 8) -> str:
     shown = ", ".join(repr(p) for p in paths_[:n])
     return shown + (f", ... ({len(paths_)} in all)" if len(paths_) > n else "")
+
+
+def _deepest(items: Any, path: str) -> tuple[str, Any] | None:
+    """The `(prefix, value)` of `items` with the longest prefix of `path`, if any.
+
+    The deepest entry wins: `{"enc": False, "enc/w": True}` selects only `enc/w`.
+    """
+    owners = [(p, x) for p, x in items if _is_prefix(p, path)]
+    return max(owners, key=lambda px: len(px[0]), default=None)
+
+
+def _stray(items: Any, all_paths: tuple[str, ...]) -> tuple[str, Any] | None:
+    """The first `(prefix, value)` of `items` over none of `all_paths`, if any."""
+    return next(((p, x) for p, x in items if not any(_is_prefix(p, q) for q in all_paths)), None)
 
 
 def _from_bools(
@@ -192,27 +208,23 @@ def _from_bools(
     present = set(tree_paths)
     chosen, anywhere = set(), False
     for path in all_paths:
-        owners = [(p, b) for p, b in items if _is_prefix(p, path)]
-        if not owners:
-            if path in present:
-                raise SelectorError(
-                    f"`{argument}`: the bool tree has no entry for path {path!r}. A bool-tree "
-                    "selector must have the params' structure (or a prefix of it). "
-                    f"Its paths are: {_sample([p for p, _ in items])}."
-                )
-            continue  # an absent path (another group's) the tree need not cover
-        # The deepest entry wins: {"enc": False, "enc/w": True} selects only enc/w.
-        if max(owners, key=lambda pb: len(pb[0]))[1]:
+        owner = _deepest(items, path)
+        if owner is None and path in present:
+            raise SelectorError(
+                f"`{argument}`: the bool tree has no entry for path {path!r}. A bool-tree "
+                "selector must have the params' structure (or a prefix of it). "
+                f"Its paths are: {_sample([p for p, _ in items])}."
+            )
+        if owner is not None and owner[1]:  # an absent path (another group's) may have none
             anywhere = True
             if path in present:
                 chosen.add(path)
-    if strict:
-        for p, _ in items:
-            if not any(_is_prefix(p, path) for path in all_paths):
-                raise SelectorError(
-                    f"`{argument}`: the bool tree has path {p!r}, which is not in the tree. "
-                    f"The tree's paths are: {_sample(all_paths)}."
-                )
+    stray = _stray(items, all_paths) if strict else None
+    if stray is not None:
+        raise SelectorError(
+            f"`{argument}`: the bool tree has path {stray[0]!r}, which is not in the tree. "
+            f"The tree's paths are: {_sample(all_paths)}."
+        )
     return chosen, anywhere
 
 
@@ -223,7 +235,7 @@ _BY_PATHS: BoundedCache = BoundedCache(256)
 
 def _select_set(
     tree: Any, flat: tuple, sel: Selector, strict: bool, argument: str
-) -> tuple[frozenset[str], bool | None]:
+) -> tuple[AbstractSet[str], bool | None]:
     """`(the selected present paths, whether the selector picks any path of the tree)`.
 
     The second is `None` where it cannot be known: a function selector is never called on an
@@ -231,15 +243,13 @@ def _select_set(
     """
     paths_, leaves_ = flat
     present = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
-    tree_paths = [p for p, _ in present]
     if sel.kind not in ("glob", "regex"):
-        chosen, anywhere = _select_by_leaves(tree, present, paths_, sel, strict, argument)
-        return frozenset(chosen), anywhere
-    key = (sel, tuple(paths_), tuple(tree_paths), strict)
+        return _select_by_leaves(tree, present, paths_, sel, strict, argument)
+    key = (sel, paths_, tuple(p for p, _ in present), strict)
     kept = _BY_PATHS.get(key)
     if kept is None:
-        chosen, anywhere = _select_by_leaves(tree, present, paths_, sel, strict, argument)
-        kept = _BY_PATHS.remember(key, (frozenset(chosen), anywhere))
+        kept = _select_by_leaves(tree, present, paths_, sel, strict, argument)
+        _BY_PATHS.remember(key, kept)
     return kept
 
 
@@ -262,7 +272,7 @@ def _select_by_leaves(
     sel: Selector,
     strict: bool,
     argument: str,
-) -> tuple[set[str], bool | None]:
+) -> tuple[AbstractSet[str], bool | None]:
     # `all_paths` holds the absent (`None`) leaves too: in a group's tree, the paths of the
     # other groups. Globs, regexes and bool trees are checked against all of them, so a mask
     # written for the whole model is no typo inside one group; selection is among `present`.
@@ -278,10 +288,10 @@ def _select_by_leaves(
             if (not includes or any(_glob_matches(g, p) for g in includes))
             and not any(_glob_matches(g, p) for g in excludes)
         }
-        return picked & tree_paths, bool(picked)
+        return frozenset(picked & tree_paths), bool(picked)
     if sel.kind == "regex":
         picked = {p for p in all_paths if sel.value.fullmatch(p)}
-        return picked & tree_paths, bool(picked)
+        return frozenset(picked & tree_paths), bool(picked)
     if sel.kind == "bools":
         return _from_bools(sel.value, list(tree_paths), all_paths, strict, argument)
     unknown = None if len(tree_paths) < len(all_paths) else False
@@ -289,7 +299,7 @@ def _select_by_leaves(
         chosen = set()
         for p, x in present:
             verdict = sel.value(p, x)
-            if not _is_bool(verdict) or isinstance(verdict, jax.core.Tracer):
+            if not _is_bool(verdict) or isinstance(verdict, Tracer):
                 raise SelectorError(
                     f"`{argument}`: the selector function returned {verdict!r} for path {p!r}; "
                     "it must return a Python bool decided from the path, shape or dtype "
@@ -574,20 +584,19 @@ def _labels_from_tree(
     strict: bool = True,
 ) -> dict[str, Hashable]:
     items = [(p, x) for p, x in zip(*flatten(labels)[:2]) if x is not None]
-    if strict:
-        for p, label in items:
-            if not any(_is_prefix(p, path) for path in all_paths):
-                raise LabelError(
-                    f"`{argument}`: the label tree's entry {p!r} (label {label!r}) matches no "
-                    f"parameter; the params' paths are {_sample(all_paths)}."
-                )
+    stray = _stray(items, all_paths) if strict else None
+    if stray is not None:
+        raise LabelError(
+            f"`{argument}`: the label tree's entry {stray[0]!r} (label {stray[1]!r}) matches no "
+            f"parameter; the params' paths are {_sample(all_paths)}."
+        )
     out = {}
     for path in tree_paths:
-        owners = [(p, x) for p, x in items if _is_prefix(p, path)]
-        if not owners:
+        owner = _deepest(items, path)
+        if owner is None:
             raise LabelError(
                 f"`{argument}`: path {path!r} has no label in the label tree; its paths are "
                 f"{_sample([p for p, _ in items])}."
             )
-        out[path] = max(owners, key=lambda px: len(px[0]))[1]
+        out[path] = owner[1]
     return out

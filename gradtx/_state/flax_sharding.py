@@ -10,7 +10,8 @@ that parameter from it (`state_shardings`, and the outermost `init`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
@@ -41,7 +42,7 @@ def declared_specs(params: Any) -> dict[str, PartitionSpec | NamedSharding]:
     box's own (`l1/kernel`), as everywhere in gradtx. Any other params give `{}`.
 
     Examples:
-        >>> from gradtx._state.declared import declared_specs
+        >>> from gradtx._state.flax_sharding import declared_specs
         >>> declared_specs({"w": jnp.zeros(2)})
         {}
     """
@@ -51,7 +52,7 @@ def declared_specs(params: Any) -> dict[str, PartitionSpec | NamedSharding]:
         metadata = getattr(node, "get_metadata", None)
         if not is_path_transparent(node) or not callable(metadata):
             continue
-        value = metadata().get(DECLARED)
+        value = cast("Mapping[str, Any]", metadata()).get(DECLARED)  # a Variable's dict
         if value is not None:
             path = path_of(key_path)
             out[path] = _as_spec(path, value)

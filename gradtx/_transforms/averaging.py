@@ -6,15 +6,15 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 
 __all__ = ["ema"]
 
 
-class Ema(ElementwiseTransform):
+class Ema(PerArrayTransform):
     """An exponential moving average of the updates (see `ema`)."""
 
     name: ClassVar[str] = "ema"

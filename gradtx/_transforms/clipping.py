@@ -5,84 +5,30 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
-from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import cast, compute_dtype, map_updates, split_explicitly
+from gradtx._core.lift import cast, compute_dtype, map_updates
 from gradtx._core.module import hyperparam, positive, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.statistics import KeepsStatistics, statistics
-from gradtx._core.widening import narrow_source
-from gradtx._layouts.complex import is_complex, to_real
-from gradtx._layouts.packed import LARGE_LEAF, concatenate
-from gradtx._paths.paths import flatten, is_unit
+from gradtx._tree.reductions import global_sum
 
-__all__ = ["clip", "clip_by_global_norm", "global_norm", "global_sum_of_squares"]
+__all__ = ["clip", "clip_by_global_norm", "global_norm"]
 
 
 def global_norm(updates: Any) -> jnp.ndarray:
     """The L2 norm of all leaves of `updates` together, in float32 (`None` leaves skipped).
 
+    Packed params count by their buffers, and a complex leaf as its pair of reals:
+    `|z|^2 = re^2 + im^2`.
+
     Examples:
         >>> global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0]), "c": None})
         Array(5., dtype=float32)
     """
-    return jnp.sqrt(global_sum_of_squares(updates))
+    return jnp.sqrt(global_sum(updates))
 
 
-def global_sum_of_squares(updates: Any) -> jnp.ndarray:
-    """The sum of squares of all leaves (packed buffers included), in float32.
-
-    A complex leaf counts as its pair of reals: `|z|^2 = re^2 + im^2`.
-    """
-    total = jnp.zeros((), jnp.float32)
-    small = []
-    for leaf in flatten(updates)[1]:
-        for array in leaf.buffers if is_unit(leaf) else (leaf,):
-            if array is None:
-                continue
-            array = narrow_source(array)
-            if _joins_small(array):
-                small.append(jnp.ravel(array).astype(jnp.float32))
-            else:
-                total = total + _sum_of_squares(array).astype(total.dtype)
-    if small:
-        # One reduction over the small leaves side by side rather than one per leaf, which
-        # compiles far faster (benchmarks/compile_time.py): each reduction is a kernel and an
-        # output of its own; the copy is small.
-        joined = concatenate(small)
-        total = total + jnp.sum(joined * joined)
-    return total
-
-
-def _joins_small(x: Any) -> bool:
-    """Whether `x` joins the shared reduction of small leaves.
-
-    That is a real float of at most 32 bits with fewer than `LARGE_LEAF` elements, not split
-    over devices by an explicit sharding (which a flattening reshape may not cross).
-    """
-    dtype = getattr(x, "dtype", None)
-    if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or dtype.itemsize > 4:
-        return False
-    if np.size(x) >= LARGE_LEAF:
-        return False
-    return not split_explicitly(x)
-
-
-def _sum_of_squares(x: Any) -> jnp.ndarray:
-    if is_complex(x):  # |z|^2 = re^2 + im^2: complex as pairs of reals
-        x = to_real(x)
-    dtype = compute_dtype(x)
-    if x.dtype != dtype and jnp.issubdtype(x.dtype, jnp.floating):
-        # XLA's CPU backend hands this reduction to a library kernel that cannot fuse a
-        # conversion other consumers share (see gradtx/_core/widening.py); behind the barrier the
-        # conversion is the reduction's own, which makes it much faster (benchmarks/moments.py).
-        x = lax.optimization_barrier(x)
-    y = x.astype(dtype)
-    return jnp.sum(y * y)
-
-
-class Clip(ElementwiseTransform):
+class Clip(PerArrayTransform):
     """Clip each element to `[-max_delta, max_delta]` (see `clip`)."""
 
     name: ClassVar[str] = "clip"
@@ -94,7 +40,7 @@ class Clip(ElementwiseTransform):
         return cast(jnp.clip(cast(g, limit.dtype), -limit, limit), g.dtype), {}
 
 
-class ClipByGlobalNorm(ElementwiseTransform, KeepsStatistics):
+class ClipByGlobalNorm(PerArrayTransform, KeepsStatistics):
     """Rescale all updates together so their global norm is at most `max_norm`."""
 
     name: ClassVar[str] = "clip_by_global_norm"
@@ -105,13 +51,13 @@ class ClipByGlobalNorm(ElementwiseTransform, KeepsStatistics):
         """The statistics `global_norm` and `clipped` (none without statistics)."""
         return ("global_norm", "clipped") if self.keep_statistics else ()
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The last updates' norm before clipping, and whether that step clipped them."""
         if not self.keep_statistics:
             return {}
         return statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Scale every present update by `min(1, max_norm / global_norm)`."""
         self.check_state(state)
         norm = global_norm(updates)

@@ -17,15 +17,9 @@ from jax import lax
 from gradtx._core.lift import compute_dtype
 from gradtx._layouts.packed import check_same_layout
 from gradtx._paths.paths import flatten, is_unit
+from gradtx._tree.arithmetic import _sample
 
 __all__ = ["incremental_update", "periodic_update"]
-
-_SHOWN = 6
-
-
-def _sample(paths: tuple[str, ...] | list[str]) -> str:
-    shown = ", ".join(repr(p) for p in paths[:_SHOWN])
-    return f"[{shown}{', ...' if len(paths) > _SHOWN else ''}]"
 
 
 def _pairs(fn: str, new_tensors: Any, old_tensors: Any) -> tuple[Any, list[tuple[Any, Any]]]:

@@ -7,8 +7,9 @@ from typing import Any
 
 import jax
 
-from gradtx._core.tree_math import _sample
+from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import flatten, is_unit, path_of, unbox
+from gradtx._tree.arithmetic import _sample
 
 __all__ = ["get", "set"]
 
@@ -28,10 +29,6 @@ class _PathNotFound(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}/{key}" if prefix and key else prefix or key
 
 
 def _walk(node: Any, rest: str, replace: Callable[[Any], Any] | None) -> tuple[Any, Any]:
@@ -87,7 +84,7 @@ def _node_paths(node: Any, prefix: str, out: list[str]) -> None:
     split = _children(node)
     if split is not None:
         for key, child in split[0]:
-            _node_paths(child, _join(prefix, key), out)
+            _node_paths(child, join_path(prefix, key), out)
 
 
 def _by_name(fn: str, tree: Any, name: str) -> str | None:

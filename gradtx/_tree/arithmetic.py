@@ -4,15 +4,16 @@ Every function here matches leaves by their path (`enc/layers/0/w`), so a dict a
 dataclass with the same paths combine, and two trees whose paths differ raise an error that
 names the first differing path. The result has the structure of the first tree.
 
-A `None` leaf means "nothing here" (a frozen part, a missing gradient): elementwise functions
-return `None` at a path where any input is `None`, and reductions skip it. Reductions
-(`vdot`, `sum`, `norm`, `max`, `min`) accumulate in at least float32, so a bfloat16 tree
-gives a float32 result. Nothing is modified in place.
+A `None` leaf means "nothing here" (a frozen part, a missing gradient): these functions
+return `None` at a path where any input is `None` (the reductions skip it). Nothing is
+modified in place.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,8 +21,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
-from gradtx._core.lift import compute_dtype
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import _is_bool, select
 
@@ -81,22 +82,18 @@ def _aligned(fn: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, 
 
 
 def _map(fn: str, names: Sequence[str], f: Callable, *trees: Any) -> Any:
-    """`f(*leaves)` at each path, `None` where any input is `None`; shaped like `trees[0]`."""
-    treedef, _, columns = _aligned(fn, names, trees)
-    out = [None if any(x is None for x in leaves) else f(*leaves) for leaves in zip(*columns)]
+    """`f(path, *leaves)` at each path, `None` where any input is `None`; shaped like `trees[0]`."""
+    treedef, paths, columns = _aligned(fn, names, trees)
+    out = [
+        None if any(x is None for x in leaves) else f(p, *leaves)
+        for p, leaves in zip(paths, zip(*columns))
+    ]
     return treedef.unflatten(out)
 
 
 def _present(tree: Any) -> list[tuple[str, Any]]:
     paths, leaves, _ = flatten(tree)
     return [(p, x) for p, x in zip(paths, leaves) if x is not None]
-
-
-def _same_shape(fn: str, path: str, x: Any, y: Any) -> None:
-    if jnp.shape(x) != jnp.shape(y):
-        raise ValueError(
-            f"tree.{fn}: at path {path!r} the shapes differ: {jnp.shape(x)} and {jnp.shape(y)}."
-        )
 
 
 def _like(scalar: Any, leaf: Any) -> Any:
@@ -116,23 +113,6 @@ def _times(scalar: Any, leaf: Any) -> Any:
         return jnp.asarray(scalar) * leaf
 
 
-def _acc(*arrays: Any) -> Any:
-    """The dtype reductions accumulate in: at least float32 (complex stays complex)."""
-    dtype = compute_dtype(*(jnp.asarray(a) for a in arrays))
-    return dtype
-
-
-def _total(parts: list[Any], empty: float = 0.0) -> jax.Array:
-    """The sum of per-leaf scalars, in the widest of their dtypes (float32 for none)."""
-    if not parts:
-        return jnp.asarray(empty, jnp.float32)
-    dtype = compute_dtype(*parts)
-    total = parts[0].astype(dtype)
-    for part in parts[1:]:
-        total = total + part.astype(dtype)
-    return total
-
-
 def add(a: Any, b: Any, *rest: Any) -> Any:
     """`a + b (+ ...)` leaf by leaf, matched by path.
 
@@ -149,14 +129,7 @@ def add(a: Any, b: Any, *rest: Any) -> Any:
         {'b': None, 'w': Array([2., 2.], dtype=float32)}
     """
     names = ["a", "b"] + [f"rest[{i}]" for i in range(len(rest))]
-
-    def plus(*xs: Any) -> Any:
-        total = xs[0]
-        for x in xs[1:]:
-            total = total + x
-        return total
-
-    return _map("add", names, plus, a, b, *rest)
+    return _map("add", names, lambda _, *xs: functools.reduce(operator.add, xs), a, b, *rest)
 
 
 def sub(a: Any, b: Any) -> Any:
@@ -173,7 +146,7 @@ def sub(a: Any, b: Any) -> Any:
         >>> gradtx.tree.sub({"w": jnp.ones(2)}, {"w": jnp.full(2, 0.25)})
         {'w': Array([0.75, 0.75], dtype=float32)}
     """
-    return _map("sub", ["a", "b"], lambda x, y: x - y, a, b)
+    return _map("sub", ["a", "b"], lambda _, x, y: x - y, a, b)
 
 
 def mul(a: Any, b: Any) -> Any:
@@ -190,7 +163,7 @@ def mul(a: Any, b: Any) -> Any:
         >>> gradtx.tree.mul({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])})
         {'w': Array([3., 8.], dtype=float32)}
     """
-    return _map("mul", ["a", "b"], lambda x, y: x * y, a, b)
+    return _map("mul", ["a", "b"], lambda _, x, y: x * y, a, b)
 
 
 def div(a: Any, b: Any) -> Any:
@@ -207,7 +180,7 @@ def div(a: Any, b: Any) -> Any:
         >>> gradtx.tree.div({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([4.0, 4.0])})
         {'w': Array([0.25, 0.5 ], dtype=float32)}
     """
-    return _map("div", ["a", "b"], lambda x, y: x / y, a, b)
+    return _map("div", ["a", "b"], lambda _, x, y: x / y, a, b)
 
 
 def scale(scalar: Any, tree: Any) -> Any:
@@ -225,7 +198,7 @@ def scale(scalar: Any, tree: Any) -> Any:
         >>> gradtx.tree.scale(0.5, {"w": jnp.ones(2, jnp.bfloat16), "b": None})
         {'b': None, 'w': Array([0.5, 0.5], dtype=bfloat16)}
     """
-    return _map("scale", ["tree"], lambda x: _times(scalar, x), tree)
+    return _map("scale", ["tree"], lambda _, x: _times(scalar, x), tree)
 
 
 def add_scale(a: Any, scalar: Any, b: Any) -> Any:
@@ -244,12 +217,9 @@ def add_scale(a: Any, scalar: Any, b: Any) -> Any:
         {'w': Array([0.5, 0.5], dtype=float32)}
     """
 
-    def one(x: Any, y: Any) -> Any:
-        scaled = _times(scalar, y)
-        if jnp.asarray(x).dtype == scaled.dtype:
-            return x + scaled
+    def one(_: str, x: Any, y: Any) -> Any:
         with jax.numpy_dtype_promotion("standard"):  # integer leaves, promoted as by NumPy
-            return x + scaled
+            return x + _times(scalar, y)
 
     return _map("add_scale", ["a", "b"], one, a, b)
 
@@ -268,7 +238,7 @@ def zeros_like(tree: Any, dtype: Any = None) -> Any:
         >>> gradtx.tree.zeros_like({"w": jnp.ones(2), "frozen": None})
         {'frozen': None, 'w': Array([0., 0.], dtype=float32)}
     """
-    return _map("zeros_like", ["tree"], lambda x: jnp.zeros_like(x, dtype=dtype), tree)
+    return _map("zeros_like", ["tree"], lambda _, x: jnp.zeros_like(x, dtype=dtype), tree)
 
 
 def ones_like(tree: Any, dtype: Any = None) -> Any:
@@ -285,7 +255,7 @@ def ones_like(tree: Any, dtype: Any = None) -> Any:
         >>> gradtx.tree.ones_like({"w": jnp.zeros(2)}, dtype=jnp.int32)
         {'w': Array([1, 1], dtype=int32)}
     """
-    return _map("ones_like", ["tree"], lambda x: jnp.ones_like(x, dtype=dtype), tree)
+    return _map("ones_like", ["tree"], lambda _, x: jnp.ones_like(x, dtype=dtype), tree)
 
 
 def full_like(tree: Any, fill_value: Any, dtype: Any = None) -> Any:
@@ -303,7 +273,7 @@ def full_like(tree: Any, fill_value: Any, dtype: Any = None) -> Any:
         >>> gradtx.tree.full_like({"w": jnp.zeros(2)}, 3.0)
         {'w': Array([3., 3.], dtype=float32)}
     """
-    return _map("full_like", ["tree"], lambda x: jnp.full_like(x, fill_value, dtype=dtype), tree)
+    return _map("full_like", ["tree"], lambda _, x: jnp.full_like(x, fill_value, dtype=dtype), tree)
 
 
 def cast(tree: Any, dtype: Any) -> Any:
@@ -320,9 +290,9 @@ def cast(tree: Any, dtype: Any) -> Any:
         >>> gradtx.tree.cast({"w": jnp.ones(2)}, jnp.bfloat16)
         {'w': Array([1, 1], dtype=bfloat16)}
     """
-    if dtype is None:
-        return _map("cast", ["tree"], lambda x: x, tree)
-    return _map("cast", ["tree"], lambda x: jnp.asarray(x).astype(dtype), tree)
+    return _map(
+        "cast", ["tree"], lambda _, x: x if dtype is None else jnp.asarray(x).astype(dtype), tree
+    )
 
 
 def cast_like(tree: Any, other: Any) -> Any:
@@ -343,7 +313,7 @@ def cast_like(tree: Any, other: Any) -> Any:
     return _map(
         "cast_like",
         ["tree", "other"],
-        lambda x, y: jnp.asarray(x).astype(jnp.asarray(y).dtype),
+        lambda _, x, y: jnp.asarray(x).astype(jnp.asarray(y).dtype),
         tree,
         other,
     )
@@ -372,7 +342,7 @@ def clip(tree: Any, min_value: Any = None, max_value: Any = None) -> Any:
             return None if value is None else _like(value, x)
         return round_(jnp.asarray(value)).astype(x.dtype)  # integer leaves: whole bounds
 
-    def one(x: Any) -> Any:
+    def one(_: str, x: Any) -> Any:
         x = jnp.asarray(x)
         return jnp.clip(x, bound(min_value, x, jnp.ceil), bound(max_value, x, jnp.floor))
 
@@ -393,7 +363,7 @@ def _elementwise_bools(cond: Any) -> bool:
         return False
     if not leaves or not builtins.all(_is_bool_leaf(x) for x in leaves):
         return False
-    return not builtins.all(_is_bool(x) and not isinstance(x, jax.core.Tracer) for x in leaves)
+    return not builtins.all(_is_bool(x) and not isinstance(x, Tracer) for x in leaves)
 
 
 def where(cond: Any, a: Any, b: Any, *, strict: bool = True) -> Any:
@@ -422,14 +392,9 @@ def where(cond: Any, a: Any, b: Any, *, strict: bool = True) -> Any:
         {'w': Array([1., 0.], dtype=float32)}
     """  # noqa: E501
     if _elementwise_bools(cond):
-        return _map("where", ["a", "b", "cond"], lambda x, y, c: jnp.where(c, x, y), a, b, cond)
+        return _map("where", ["a", "b", "cond"], lambda _, x, y, c: jnp.where(c, x, y), a, b, cond)
     chosen = builtins.set(select(a, cond, strict=strict, argument="cond"))
-    treedef, paths, (xs, ys) = _aligned("where", ["a", "b"], [a, b])
-    out = [
-        None if x is None or y is None else (x if p in chosen else y)
-        for p, x, y in zip(paths, xs, ys)
-    ]
-    return treedef.unflatten(out)
+    return _map("where", ["a", "b"], lambda p, x, y: x if p in chosen else y, a, b)
 
 
 def map_with_path(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
@@ -450,9 +415,4 @@ def map_with_path(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
         {'bias': Array([0., 0.], dtype=float32), 'w': Array([1., 1.], dtype=float32)}
     """
     names = ["tree"] + [f"rest[{i}]" for i in range(len(rest))]
-    treedef, paths, columns = _aligned("map_with_path", names, [tree, *rest])
-    out = [
-        None if any(x is None for x in leaves) else fn(p, *leaves)
-        for p, leaves in zip(paths, zip(*columns))
-    ]
-    return treedef.unflatten(out)
+    return _map("map_with_path", names, fn, tree, *rest)

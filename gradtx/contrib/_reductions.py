@@ -1,27 +1,23 @@
-"""Global reductions over trees, and the param copies they compare against (for contrib)."""
+"""Contrib's shared step-size math: param copies, inner products, bias corrections."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from gradtx._core.lift import compute_dtype, update_slots, zeros_for
-from gradtx._layouts.complex import is_complex, to_real
-from gradtx._paths.paths import flatten, is_unit
+from gradtx._paths.paths import flatten
+from gradtx._tree.reductions import arrays_of
 
 __all__ = [
     "adam_direction_updates",
-    "arrays_of",
     "bias_correction",
     "copy_of",
     "flat_dot",
-    "global_sum",
     "paired_arrays",
     "scalar_copy",
-    "tree_sum",
 ]
 
 
@@ -34,29 +30,6 @@ def copy_of(param: Any) -> jax.Array:
     if isinstance(param, jax.ShapeDtypeStruct):
         return zeros_for(param)
     return jnp.array(param, copy=True)
-
-
-def arrays_of(value: Any) -> tuple:
-    """The arrays behind one state or tree entry: a packed unit's buffers, else the array.
-
-    A complex array gives its real view (complex parameters are pairs of reals), so global
-    sums see `re^2 + im^2` and line up with state kept in the real layout.
-    """
-    if value is None:
-        return ()
-    if is_unit(value):
-        return tuple(value.buffers)
-    return (to_real(value),) if is_complex(value) else (value,)
-
-
-def global_sum(values: Iterable[Any], fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    """`sum(fn(array))` over every array of `values` (packed buffers included), in float32."""
-    total = jnp.zeros((), jnp.float32)
-    for value in values:
-        for array in arrays_of(value):
-            wide = array.astype(compute_dtype(array))
-            total = total + fn(wide).astype(jnp.float32)
-    return total
 
 
 def paired_arrays(tree: Any, by_path: dict[str, Any]) -> list[tuple[jax.Array, jax.Array]]:
@@ -78,11 +51,6 @@ def paired_arrays(tree: Any, by_path: dict[str, Any]) -> list[tuple[jax.Array, j
             )
         out.extend(zip(arrays_of(leaf), arrays_of(by_path[path])))
     return out
-
-
-def tree_sum(tree: Any, fn: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    """`sum(fn(array))` over the non-`None` leaves of `tree` (packed buffers included)."""
-    return global_sum(flatten(tree)[1], fn)
 
 
 def scalar_copy(value: Any) -> jax.Array:

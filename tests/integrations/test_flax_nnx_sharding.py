@@ -17,7 +17,7 @@ from devices import PRELUDE, run_on_8_devices
 from jax.sharding import PartitionSpec as P
 
 import gradtx
-from gradtx._state.declared import declared_specs
+from gradtx._state.flax_sharding import declared_specs
 
 nnx = pytest.importorskip("flax.nnx", reason="the Flax NNX integration tests need flax")
 pure = getattr(nnx, "as_pure", None) or nnx.pure  # `pure` is deprecated in newer Flax

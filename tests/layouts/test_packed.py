@@ -370,9 +370,9 @@ def test_equal_layouts_are_one_object_and_compare_by_content():
 
 
 def _selecting(with_masked_update: bool, with_count: bool):
-    from gradtx._core.elementwise import ElementwiseTransform
+    from gradtx._core.per_array import PerArrayTransform
 
-    class Selecting(ElementwiseTransform):
+    class Selecting(PerArrayTransform):
         name = "selecting"
 
         def state_keys(self):

@@ -9,7 +9,7 @@ import pytest
 from registry import REGISTRY
 
 import gradtx
-from gradtx._core.elementwise import ElementwiseTransform
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.step_counts import StepCounts, group_counts, split_where_absent
 
 
@@ -148,12 +148,12 @@ def test_abstract_init_has_the_layout_of_init():
 _PARAM = jnp.linspace(0.5, 1.5, 12).reshape(3, 4)
 
 
-def _with_shared_counts(tx) -> list[ElementwiseTransform]:
+def _with_shared_counts(tx) -> list[PerArrayTransform]:
     """The per-array transformations in `tx` whose state keeps `StepCounts`."""
-    found = jax.tree.leaves(tx, is_leaf=lambda x: isinstance(x, ElementwiseTransform))
+    found = jax.tree.leaves(tx, is_leaf=lambda x: isinstance(x, PerArrayTransform))
     out = []
     for x in found:
-        if not isinstance(x, ElementwiseTransform):
+        if not isinstance(x, PerArrayTransform):
             continue
         state = x.init({"w": _PARAM})
         if isinstance(state, dict) and any(isinstance(v, StepCounts) for v in state.values()):
