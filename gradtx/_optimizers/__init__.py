@@ -1,1 +1,1 @@
-"""Layer 5, optimizers: the familiar names, each a short chain of transformations."""
+"""Layer 7, optimizers: the familiar names, each a short chain of transformations."""

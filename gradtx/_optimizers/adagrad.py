@@ -7,6 +7,7 @@ from typing import Any
 from gradtx._combinators.chain import Chain, optimizer
 from gradtx._transforms.adagrad import scale_by_adadelta, scale_by_rss
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import decay_unless_zero
 
 __all__ = ["adadelta", "adagrad"]
@@ -49,6 +50,7 @@ def adagrad(
     )
 
 
+@with_shared_args
 def adadelta(
     learning_rate: ScalarOrSchedule = 1.0,
     rho: float = 0.9,
@@ -70,11 +72,9 @@ def adadelta(
     so its updates ascend. The decay mask is called `mask` (optax: `weight_decay_mask`).
 
     Args:
-        learning_rate: a number or a schedule.
         rho: decay of both moving averages.
         eps: added inside both square roots.
         weight_decay: the L2 decay rate added to the gradient.
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
         accumulator_dtype: dtype of both averages (default: the parameter's dtype).
 
     State:

@@ -7,11 +7,13 @@ from typing import Any
 from gradtx._combinators.chain import Chain, optimizer
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 __all__ = ["adam", "adamw", "nadam", "nadamw"]
 
 
+@with_shared_args
 def adam(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -26,13 +28,6 @@ def adam(
     """Adam: `chain(scale_by_adam(...), scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
         nesterov: use Nesterov momentum (NAdam).
 
     State:
@@ -55,6 +50,7 @@ def adam(
     )
 
 
+@with_shared_args
 def adamw(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -73,18 +69,6 @@ def adamw(
     `chain(scale_by_adam(...), add_decayed_weights(weight_decay, mask), scale_by_learning_rate)`:
     the decay is added after the moment rescaling, then scaled by the learning rate.
 
-    Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        weight_decay: the decoupled decay rate.
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
-
     Examples:
         >>> tx = gradtx.adamw(1e-3, weight_decay=0.01, mask="**/kernel")
 
@@ -101,6 +85,7 @@ def adamw(
     )
 
 
+@with_shared_args
 def nadam(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -116,15 +101,6 @@ def nadam(
     `chain(scale_by_adam(..., nesterov=True), scale_by_learning_rate(learning_rate))`, so the
     first moment used at step $t$ is
     $\beta_1 m_t/(1-\beta_1^{t+1}) + (1-\beta_1) g_t/(1-\beta_1^t)$ (see `scale_by_adam`).
-
-    Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
@@ -144,6 +120,7 @@ def nadam(
     )
 
 
+@with_shared_args
 def nadamw(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -160,17 +137,6 @@ def nadamw(
 
     `chain(scale_by_adam(..., nesterov=True), add_decayed_weights(weight_decay, mask),
     scale_by_learning_rate(learning_rate))`.
-
-    Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        weight_decay: the decoupled decay rate (multiplied by the learning rate).
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.

@@ -14,11 +14,13 @@ from gradtx._transforms.adam_variants import (
     scale_by_yogi,
 )
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
 __all__ = ["adabelief", "adamax", "adamaxw", "adan", "amsgrad", "radam", "yogi"]
 
 
+@with_shared_args
 def adamax(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -31,11 +33,8 @@ def adamax(
     """AdaMax: `chain(scale_by_adamax(...), scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
         b2: decay of the exponentially weighted infinity norm.
         eps: added to $|g|$ so the denominator is never zero.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
         nu_dtype: dtype of the infinity norm (default: the parameter's dtype).
 
     State:
@@ -57,6 +56,7 @@ def adamax(
     )
 
 
+@with_shared_args
 def adamaxw(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -74,13 +74,8 @@ def adamaxw(
     scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
         b2: decay of the exponentially weighted infinity norm.
         eps: added to $|g|$ so the denominator is never zero.
-        weight_decay: the decoupled decay rate (multiplied by the learning rate).
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
         nu_dtype: dtype of the infinity norm (default: the parameter's dtype).
 
     State:
@@ -104,6 +99,7 @@ def adamaxw(
     )
 
 
+@with_shared_args
 def amsgrad(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -119,12 +115,6 @@ def amsgrad(
     """AMSGrad: `chain(scale_by_amsgrad(...), scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
         nu_dtype: dtype of `nu` and `nu_max` (default: the parameter's dtype).
         bias_correction_mu: bias-correct the first moment (`False` as in the paper).
         bias_correction_nu: bias-correct the second moment (`False` as in the paper).
@@ -157,6 +147,7 @@ def amsgrad(
     )
 
 
+@with_shared_args
 def adabelief(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -173,14 +164,8 @@ def adabelief(
     The epsilons default to optax's `1e-16`; the paper uses `eps=1e-8, eps_root=0`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
         b2: decay of the second moment of the prediction error.
-        eps: added to the denominator outside the square root.
         eps_root: added to the second moment at every step.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
@@ -203,6 +188,7 @@ def adabelief(
     )
 
 
+@with_shared_args
 def radam(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -218,16 +204,8 @@ def radam(
     """Rectified Adam: `chain(scale_by_radam(...), scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         threshold: the smallest length of the approximated moving average at which the
             adaptive step is used (see `scale_by_radam`).
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
@@ -257,6 +235,7 @@ def radam(
     )
 
 
+@with_shared_args
 def yogi(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -269,12 +248,7 @@ def yogi(
     """Yogi: `chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
         b2: the rate of the second moment's additive update.
-        eps: added to the denominator outside the square root.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
@@ -294,6 +268,7 @@ def yogi(
     )
 
 
+@with_shared_args
 def adan(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.98,
@@ -315,16 +290,9 @@ def adan(
     optax, `eps_root` defaults to `1e-8` here and to `0` in `scale_by_adan`.
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
         b2: decay of the moving average of gradient differences.
         b3: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        weight_decay: the decoupled decay rate (multiplied by the learning rate).
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
         mu_dtype: dtype of `mu`, `delta` and `prev_grad` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `delta/<path>`, `nu/<path>`, `prev_grad/<path>`, `count/<path>`;

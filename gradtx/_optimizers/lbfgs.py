@@ -1,4 +1,4 @@
-"""L-BFGS: the two-loop direction, a step-size sign, and a line search along it."""
+"""The L-BFGS optimizer: the two-loop direction, a learning rate and a line search along it."""
 
 from __future__ import annotations
 

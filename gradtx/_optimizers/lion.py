@@ -7,11 +7,13 @@ from typing import Any
 from gradtx._combinators.chain import optimizer
 from gradtx._transforms.lion import scale_by_lion
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 __all__ = ["lion"]
 
 
+@with_shared_args
 def lion(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -37,7 +39,6 @@ def lion(
         b2: decay of the momentum.
         mu_dtype: dtype of the momentum (default: the parameter's dtype).
         weight_decay: the decoupled decay rate $\lambda$ (typically 3-10x larger than AdamW's).
-        mask: selector of the paths to decay (for example `"!**/bias"`); default: all.
         mode: `"hard"` (the sign, Lion as published), `"smooth"` (`tanh(smooth_beta * x)`) or
             `"refined"` (`x` where `|x| < 1`, its sign elsewhere); see `scale_by_lion`. optax
             has these on `scale_by_lion` only.

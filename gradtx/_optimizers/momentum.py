@@ -8,10 +8,12 @@ from gradtx._combinators.chain import Chain, optimizer
 from gradtx._core.protocol import Transformation
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["nesterov", "sgd"]
 
 
+@with_shared_args
 def sgd(
     learning_rate: ScalarOrSchedule,
     momentum: float | None = None,
@@ -25,10 +27,7 @@ def sgd(
     momentum, just the learning-rate step.
 
     Args:
-        learning_rate: a number or a schedule.
         momentum: the momentum coefficient, or `None` for plain SGD.
-        nesterov: use Nesterov momentum.
-        accumulator_dtype: dtype of the momentum buffer (default: the parameter's dtype).
 
     State:
         `trace/<path>` with momentum; `schedule_count/<path>` with a schedule.

@@ -7,10 +7,12 @@ from typing import Any
 from gradtx._combinators.chain import optimizer
 from gradtx._transforms.novograd import scale_by_novograd
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["novograd"]
 
 
+@with_shared_args
 def novograd(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -28,11 +30,7 @@ def novograd(
     weight decay is a number (optax also takes a schedule); a literal `0` needs no params.
 
     Args:
-        learning_rate: a number or a schedule.
         b1: decay of the momentum.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         weight_decay: the decay added inside the momentum.
         mu_dtype: dtype of the momentum (default: the parameter's dtype).
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._combinators.chain import Chain, optimizer
-from gradtx._core.module import Module
+from gradtx._core.module import is_schedule
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.optimistic import scale_by_optimistic_gradient
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["optimistic_adam", "optimistic_gradient_descent"]
 
@@ -48,6 +49,7 @@ def optimistic_gradient_descent(
     )
 
 
+@with_shared_args
 def optimistic_adam(
     learning_rate: float,
     optimism: float | None = None,
@@ -99,7 +101,6 @@ def optimistic_adam(
         b2: decay of Adam's second moment.
         eps: added to the denominator of Adam's direction.
         eps_root: added to the second moment inside the square root.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
         nesterov: use NAdam's first moment (optax's default) instead of Adam's.
 
     State:
@@ -119,7 +120,7 @@ def optimistic_adam(
     References:
         Daskalakis et al., "Training GANs with Optimism", ICLR 2018.
     """
-    if isinstance(learning_rate, Module) or callable(learning_rate):
+    if is_schedule(learning_rate):
         raise TypeError(
             "optimistic_adam: `learning_rate` must be a number: it is the weight alpha of the "
             "optimistic step. For a schedule, chain `scale_by_adam(...)`, "

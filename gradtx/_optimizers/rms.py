@@ -9,10 +9,12 @@ from gradtx._core.protocol import Transformation
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.rms import scale_by_rms, scale_by_stddev
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["rmsprop"]
 
 
+@with_shared_args
 def rmsprop(
     learning_rate: ScalarOrSchedule,
     decay: float = 0.9,
@@ -35,18 +37,14 @@ def rmsprop(
     steps (the trace is left out without `momentum`).
 
     Args:
-        learning_rate: a number or a schedule.
         decay: decay of the moving average(s) of the gradients.
         eps: the stabilising constant.
         initial_scale: the initial value of the second moment (PyTorch 0, TensorFlow 1 1).
         eps_in_sqrt: add `eps` inside the square root (optax) or outside (PyTorch).
         centered: divide by the estimated standard deviation rather than the RMS.
         momentum: the momentum coefficient, or `None` for none.
-        nesterov: use Nesterov momentum.
         bias_correction: bias-correct the moving average(s).
         mu_dtype: dtype of the first moment when `centered` (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
-        accumulator_dtype: dtype of the momentum buffer (default: the parameter's dtype).
 
     State:
         `nu/<path>`; `mu/<path>` when centered; `count/<path>` with bias correction;

@@ -7,22 +7,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._combinators.chain import optimizer
 from gradtx._combinators.schedule_free import ScheduleFree
-from gradtx._core.elementwise import hyperparam_at
-from gradtx._core.module import Module, decay_rate, hyperparam
+from gradtx._core.module import decay_rate, hyperparam, is_schedule
+from gradtx._core.per_array import hyperparam_at
 from gradtx._schedules.base import Schedule
 from gradtx._schedules.warmups import warmup_constant
 from gradtx._transforms.rms import scale_by_rms
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
 __all__ = ["schedule_free_adamw", "schedule_free_sgd"]
-
-
-def _is_schedule(value: Any) -> bool:
-    return isinstance(value, Module) or callable(value)
 
 
 def _warmed_up(learning_rate: Any, warmup_steps: Any, owner: str) -> Any:
@@ -35,7 +33,7 @@ def _warmed_up(learning_rate: Any, warmup_steps: Any, owner: str) -> Any:
     """
     if warmup_steps is None:
         return learning_rate
-    if not isinstance(warmup_steps, jax.core.Tracer):
+    if not isinstance(warmup_steps, Tracer):
         value = np.asarray(warmup_steps)
         number = value.shape == () and np.issubdtype(value.dtype, np.number)
         if isinstance(warmup_steps, bool) or not number or value < 0 or value != np.round(value):
@@ -45,7 +43,7 @@ def _warmed_up(learning_rate: Any, warmup_steps: Any, owner: str) -> Any:
             )
         if value == 0:
             return learning_rate
-    if _is_schedule(learning_rate):
+    if is_schedule(learning_rate):
         raise TypeError(
             f"{owner}: `warmup_steps` needs a number as `learning_rate`, got a schedule; put the "
             "warm-up in the schedule and leave `warmup_steps=None`."
@@ -130,6 +128,7 @@ def schedule_free_sgd(
     return ScheduleFree(base, rate, b1, weight_lr_power, state_dtype, "schedule_free_sgd")
 
 
+@with_shared_args
 def schedule_free_adamw(
     learning_rate: ScalarOrSchedule = 0.0025,
     warmup_steps: int | None = None,
@@ -168,7 +167,6 @@ def schedule_free_adamw(
         weight_decay: the decay rate $\lambda$, taken at $y$ and scaled by $\gamma_t$.
         weight_lr_power: the power of the rate in the averaging weights.
         state_dtype: dtype of `z` (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
         `base/nu/<path>`, `base/schedule_count/<path>`, `z/<path>`, and the per-path scalars

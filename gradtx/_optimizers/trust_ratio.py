@@ -8,6 +8,7 @@ from gradtx._combinators.chain import Chain, optimizer
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.trust_ratio import FromageStep, scale_by_trust_ratio
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -48,6 +49,7 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
     return optimizer("fromage", scale_by_trust_ratio(min_norm=min_norm), FromageStep(learning_rate))
 
 
+@with_shared_args
 def lamb(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -70,17 +72,9 @@ def lamb(
     $$\theta_{t} = \theta_{t-1} - \eta\, \frac{\lVert\theta_{t-1}\rVert}{\lVert r\rVert}\, r$$
 
     Args:
-        learning_rate: a number or a schedule.
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         weight_decay: the decoupled decay rate $\lambda$.
-        mask: a selector of the paths to decay (default: all).
         stacked: `{selector: n}` for stacked layers: the trust ratio is taken per slice of the
             first `n` axes.
-        mu_dtype: dtype of the first moment (default: the parameter's dtype).
-        nu_dtype: dtype of the second moment (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>`, `count/<path>`; `schedule_count/<path>` with a schedule.
@@ -107,6 +101,7 @@ def lamb(
     )
 
 
+@with_shared_args
 def lars(
     learning_rate: ScalarOrSchedule,
     weight_decay: float = 0.0,
@@ -131,7 +126,6 @@ def lars(
       t_k = s_k + \mu\, t_{k-1},\qquad u_k = t_k\ \ (\text{Nesterov: } s_k + \mu\, t_k)$$
 
     Args:
-        learning_rate: a number or a schedule.
         weight_decay: the decay rate $\lambda$.
         weight_decay_mask: a selector of the paths to decay (default: all).
         trust_coefficient: the multiplier $c$ of the trust ratio.
@@ -139,10 +133,8 @@ def lars(
         trust_ratio_mask: a selector of the paths whose step is scaled by the trust ratio
             (default: all); a common choice leaves out biases and norms (`"!**/bias"`).
         momentum: the momentum coefficient $\mu$.
-        nesterov: use Nesterov momentum.
         stacked: `{selector: n}` for stacked layers: the trust ratio is taken per slice of the
             first `n` axes.
-        accumulator_dtype: dtype of the momentum buffer (default: the parameter's dtype).
 
     State:
         `trace/<path>`; `schedule_count/<path>` with a schedule.

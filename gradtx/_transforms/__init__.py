@@ -1,1 +1,1 @@
-"""Layer 3, transformations: per-array math, one module per family."""
+"""Layer 5, transformations: per-array math, one module per family."""

@@ -7,15 +7,16 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, PerArrayTransform
+from gradtx._transforms.adam import moving_average
 from gradtx._transforms.rms import filled_for
 
 __all__ = ["scale_by_adadelta", "scale_by_rss"]
 
 
-class ScaleByRss(ElementwiseTransform):
+class ScaleByRss(PerArrayTransform):
     """Rescale by the root of the sum of squared gradients (see `scale_by_rss`)."""
 
     name: ClassVar[str] = "scale_by_rss"
@@ -45,7 +46,7 @@ class ScaleByRss(ElementwiseTransform):
         return grad * scale, {"sum_of_squares": total}
 
 
-class ScaleByAdadelta(ElementwiseTransform):
+class ScaleByAdadelta(PerArrayTransform):
     """Adadelta's rescaling (see `scale_by_adadelta`)."""
 
     name: ClassVar[str] = "scale_by_adadelta"
@@ -72,7 +73,7 @@ class ScaleByAdadelta(ElementwiseTransform):
         old_g2, old_u2 = slots["mean_sq_grad"], slots["mean_sq_update"]
         dtype = compute_dtype(g, old_g2, old_u2)
         rho, eps, grad = self.rho.astype(dtype), self.eps.astype(dtype), g.astype(dtype)
-        mean_g2 = as_stored((1 - rho) * (grad * grad) + rho * old_g2.astype(dtype), old_g2)
+        mean_g2 = moving_average(rho, old_g2, grad * grad, dtype)
         prev_u2 = old_u2.astype(dtype)
         u = jnp.sqrt(prev_u2 + eps) / jnp.sqrt(mean_g2 + eps) * grad
         mean_u2 = (1 - rho) * (u * u) + rho * prev_u2

@@ -1,15 +1,16 @@
-"""Adam's moment estimates (Kingma & Ba, 2015), with optional Nesterov momentum (NAdam)."""
+"""Adam's moment estimates (Kingma & Ba, 2015), and the moments and slots its relatives share."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["scale_by_adam"]
 
@@ -17,18 +18,27 @@ __all__ = ["scale_by_adam"]
 SECOND_MOMENT = Float16Check(("nu",), "the second moment", "nu_dtype")
 
 
-class ScaleByAdam(ElementwiseTransform):
-    """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
+def moving_average(decay: Any, old: Any, value: Any, dtype: Any) -> Any:
+    """`decay * old + (1 - decay) * value`, `old` a stored slot; the result rounded as stored."""
+    return as_stored((1 - decay) * value + decay * old.astype(dtype), old)
 
-    name: ClassVar[str] = "scale_by_adam"
+
+def first_moment_hat(mu: Any, grad: Any, b1: Any, t: Any, nesterov: bool) -> Any:
+    """The bias-corrected first moment at step `t`, or its Nesterov form (Dozat, 2016)."""
+    if nesterov:
+        return b1 * mu / (1 - b1 ** (t + 1)) + (1 - b1) * grad / (1 - b1**t)
+    return mu / (1 - b1**t)
+
+
+class AdamMoments(PerArrayTransform):
+    """Adam's slots: first moment `mu`, second moment `nu` and the path's step `count`."""
+
     float16_check: ClassVar[Float16Check] = SECOND_MOMENT
-    b1: Any = hyperparam(0.9, check=decay_rate)
-    b2: Any = hyperparam(0.999, check=decay_rate)
-    eps: Any = hyperparam(1e-8, check=non_negative)
-    eps_root: Any = hyperparam(0.0, check=non_negative)
-    mu_dtype: Any = static(None, converter=dtype_or_none)
-    nu_dtype: Any = static(None, converter=dtype_or_none)
-    nesterov: bool = static(False)
+    if TYPE_CHECKING:  # each subclass's own fields (declared here, they would come first)
+        mu_dtype: ClassVar[Any]
+        nu_dtype: ClassVar[Any]
+        eps: ClassVar[Any]  # with `eps_root`, read by `adam_step`
+        eps_root: ClassVar[Any]
 
     def state_keys(self) -> tuple[str, ...]:
         """First moment `mu`, second moment `nu`, and the path's step `count`."""
@@ -42,25 +52,38 @@ class ScaleByAdam(ElementwiseTransform):
             "count": jnp.zeros((), jnp.int32),
         }
 
+    def adam_step(self, mu_hat: Any, nu_hat: Any, dtype: Any) -> Any:
+        """`mu_hat / (sqrt(nu_hat + eps_root) + eps)`, Adam's step from corrected moments."""
+        return mu_hat / (jnp.sqrt(nu_hat + self.eps_root.astype(dtype)) + self.eps.astype(dtype))
+
+
+class ScaleByAdam(AdamMoments):
+    """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
+
+    name: ClassVar[str] = "scale_by_adam"
+    b1: Any = hyperparam(0.9, check=decay_rate)
+    b2: Any = hyperparam(0.999, check=decay_rate)
+    eps: Any = hyperparam(1e-8, check=non_negative)
+    eps_root: Any = hyperparam(0.0, check=non_negative)
+    mu_dtype: Any = static(None, converter=dtype_or_none)
+    nu_dtype: Any = static(None, converter=dtype_or_none)
+    nesterov: bool = static(False)
+
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One Adam step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
-        grad = g.astype(dtype)
-        mu = as_stored((1 - b1) * grad + b1 * slots["mu"].astype(dtype), slots["mu"])
-        nu = as_stored((1 - b2) * (grad * grad) + b2 * slots["nu"].astype(dtype), slots["nu"])
+        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
+        nu = moving_average(b2, slots["nu"], grad * grad, dtype)
         count = next_count(slots["count"])
         t = count.astype(dtype)
-        if self.nesterov:
-            mu_hat = b1 * mu / (1 - b1 ** (t + 1)) + (1 - b1) * grad / (1 - b1**t)
-        else:
-            mu_hat = mu / (1 - b1**t)
-        nu_hat = nu / (1 - b2**t)
-        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
-        u = mu_hat / (jnp.sqrt(nu_hat + eps_root) + eps)
+        u = self.adam_step(
+            first_moment_hat(mu, grad, b1, t, self.nesterov), nu / (1 - b2**t), dtype
+        )
         return u, {"mu": mu, "nu": nu, "count": count}
 
 
+@with_shared_args
 def scale_by_adam(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -84,13 +107,7 @@ def scale_by_adam(
     (Dozat, 2016). The math runs in at least float32 whatever the params' dtype.
 
     Args:
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
         eps_root: added inside the square root (useful when differentiating through Adam).
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
 
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.

@@ -6,12 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.adam import SECOND_MOMENT
+from gradtx._transforms.adam import AdamMoments, first_moment_hat, moving_average
 from gradtx._transforms.rms import filled_for
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = [
     "scale_by_adamax",
@@ -23,37 +24,7 @@ __all__ = [
 ]
 
 
-def _ema(decay: Any, old: Any, value: Any, dtype: Any) -> Any:
-    """`decay * old + (1 - decay) * value`, `old` a stored slot; the result rounded as stored."""
-    return as_stored((1 - decay) * value + decay * old.astype(dtype), old)
-
-
-def _first_moment_hat(mu: Any, grad: Any, b1: Any, t: Any, nesterov: bool) -> Any:
-    """Bias-corrected first moment, or its Nesterov form (Dozat, 2016)."""
-    if nesterov:
-        return b1 * mu / (1 - b1 ** (t + 1)) + (1 - b1) * grad / (1 - b1**t)
-    return mu / (1 - b1**t)
-
-
-class _Moments(ElementwiseTransform):
-    """Common slots: first moment `mu`, second moment `nu` and the path's step `count`."""
-
-    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
-
-    def state_keys(self) -> tuple[str, ...]:
-        """First moment `mu`, second moment `nu`, and the path's step `count`."""
-        return ("mu", "nu", "count")
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """Zero moments (in `mu_dtype`/`nu_dtype`, else the param's dtype) and count 0."""
-        return {
-            "mu": zeros_for(param, self.mu_dtype),
-            "nu": zeros_for(param, self.nu_dtype),
-            "count": jnp.zeros((), jnp.int32),
-        }
-
-
-class ScaleByAmsgrad(_Moments):
+class ScaleByAmsgrad(AdamMoments):
     """Adam with the running maximum of the second moment (see `scale_by_amsgrad`)."""
 
     name: ClassVar[str] = "scale_by_amsgrad"
@@ -81,19 +52,18 @@ class ScaleByAmsgrad(_Moments):
         """One AMSGrad step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"], slots["nu_max"])
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = _ema(b1, slots["mu"], grad, dtype)
-        nu = _ema(b2, slots["nu"], grad * grad, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
+        nu = moving_average(b2, slots["nu"], grad * grad, dtype)
         count = next_count(slots["count"])
         t = count.astype(dtype)
         mu_hat = mu / (1 - b1**t) if self.bias_correction_mu else mu
         nu_hat = nu / (1 - b2**t) if self.bias_correction_nu else nu
         nu_max = as_stored(jnp.maximum(slots["nu_max"].astype(dtype), nu_hat), slots["nu_max"])
-        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
-        u = mu_hat / (jnp.sqrt(nu_max + eps_root) + eps)
+        u = self.adam_step(mu_hat, nu_max, dtype)
         return u, {"mu": mu, "nu": nu, "nu_max": nu_max, "count": count}
 
 
-class ScaleByAdamax(_Moments):
+class ScaleByAdamax(AdamMoments):
     """Adam with the infinity norm (see `scale_by_adamax`)."""
 
     name: ClassVar[str] = "scale_by_adamax"
@@ -114,7 +84,7 @@ class ScaleByAdamax(_Moments):
         """One AdaMax step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = _ema(b1, slots["mu"], grad, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
         eps = self.eps.astype(dtype)
         nu = as_stored(
             jnp.maximum(jnp.abs(grad) + eps, b2 * slots["nu"].astype(dtype)), slots["nu"]
@@ -124,7 +94,7 @@ class ScaleByAdamax(_Moments):
         return u, {"mu": mu, "nu": nu, "count": count}
 
 
-class ScaleByBelief(_Moments):
+class ScaleByBelief(AdamMoments):
     """AdaBelief's rescaling (see `scale_by_belief`)."""
 
     name: ClassVar[str] = "scale_by_belief"
@@ -140,7 +110,7 @@ class ScaleByBelief(_Moments):
         """One AdaBelief step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = _ema(b1, slots["mu"], grad, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
         error = grad - mu
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         # eps_root joins the decayed moment first: summed last, it led XLA's CPU compiler to
@@ -150,7 +120,7 @@ class ScaleByBelief(_Moments):
         nu = as_stored(nu_new, slots["nu"])
         count = next_count(slots["count"])
         t = count.astype(dtype)
-        mu_hat = _first_moment_hat(mu, grad, b1, t, self.nesterov)
+        mu_hat = first_moment_hat(mu, grad, b1, t, self.nesterov)
         u = mu_hat / (jnp.sqrt(nu / (1 - b2**t)) + eps)
         return u, {"mu": mu, "nu": nu, "count": count}
 
@@ -191,7 +161,7 @@ def radam_rho(b2: Any, t: Any) -> Any:
     return jnp.where(small, series, direct)
 
 
-class ScaleByRadam(_Moments):
+class ScaleByRadam(AdamMoments):
     """Rectified Adam's rescaling (see `scale_by_radam`)."""
 
     name: ClassVar[str] = "scale_by_radam"
@@ -208,11 +178,11 @@ class ScaleByRadam(_Moments):
         """One RAdam step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = _ema(b1, slots["mu"], grad, dtype)
-        nu = _ema(b2, slots["nu"], grad * grad, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
+        nu = moving_average(b2, slots["nu"], grad * grad, dtype)
         count = next_count(slots["count"])
         t = count.astype(dtype)
-        mu_hat = _first_moment_hat(mu, grad, b1, t, self.nesterov)
+        mu_hat = first_moment_hat(mu, grad, b1, t, self.nesterov)
         nu_hat = nu / (1 - b2**t)
         rho_inf = 2 / (1 - b2) - 1
         rho = radam_rho(b2, t)
@@ -221,13 +191,11 @@ class ScaleByRadam(_Moments):
         r = jnp.sqrt(
             (rho_safe - 4) * (rho_safe - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_safe)
         )
-        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
-        adaptive = r * mu_hat / (jnp.sqrt(nu_hat + eps_root) + eps)
-        u = jnp.where(rectified, adaptive, mu_hat)
+        u = jnp.where(rectified, self.adam_step(r * mu_hat, nu_hat, dtype), mu_hat)
         return u, {"mu": mu, "nu": nu, "count": count}
 
 
-class ScaleByYogi(_Moments):
+class ScaleByYogi(AdamMoments):
     """Yogi's rescaling (see `scale_by_yogi`)."""
 
     name: ClassVar[str] = "scale_by_yogi"
@@ -252,21 +220,19 @@ class ScaleByYogi(_Moments):
         """One Yogi step for one array, computed in at least float32."""
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = _ema(b1, slots["mu"], grad, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
         old_nu, g2 = slots["nu"].astype(dtype), grad * grad
         nu = as_stored(old_nu - (1 - b2) * jnp.sign(old_nu - g2) * g2, slots["nu"])
         count = next_count(slots["count"])
         t = count.astype(dtype)
-        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
-        u = mu / (1 - b1**t) / (jnp.sqrt(nu / (1 - b2**t) + eps_root) + eps)
+        u = self.adam_step(mu / (1 - b1**t), nu / (1 - b2**t), dtype)
         return u, {"mu": mu, "nu": nu, "count": count}
 
 
-class ScaleByAdan(ElementwiseTransform):
+class ScaleByAdan(AdamMoments):
     """Adan's rescaling (see `scale_by_adan`)."""
 
     name: ClassVar[str] = "scale_by_adan"
-    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
     b1: Any = hyperparam(0.98, check=decay_rate)
     b2: Any = hyperparam(0.92, check=decay_rate)
     b3: Any = hyperparam(0.99, check=decay_rate)
@@ -297,18 +263,18 @@ class ScaleByAdan(ElementwiseTransform):
         count = next_count(slots["count"])
         first = count == 1
         diff = jnp.where(first, jnp.zeros_like(grad), grad - slots["prev_grad"].astype(dtype))
-        mu = _ema(b1, slots["mu"], grad, dtype)
-        delta = _ema(b2, slots["delta"], diff, dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
+        delta = moving_average(b2, slots["delta"], diff, dtype)
         mixed = grad + (1 - b2) * diff
-        nu = _ema(b3, slots["nu"], mixed * mixed, dtype)
+        nu = moving_average(b3, slots["nu"], mixed * mixed, dtype)
         t = count.astype(dtype)
-        eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         direction = mu / (1 - b1**t) + (1 - b2) * delta / (1 - b2**t)
-        u = direction / (jnp.sqrt(nu / (1 - b3**t) + eps_root) + eps)
+        u = self.adam_step(direction, nu / (1 - b3**t), dtype)
         new = {"mu": mu, "delta": delta, "nu": nu, "prev_grad": grad, "count": count}
         return u, new
 
 
+@with_shared_args
 def scale_by_amsgrad(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -332,11 +298,6 @@ def scale_by_amsgrad(
     The maximum never decreases, so the effective step size never grows.
 
     Args:
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
         nu_dtype: dtype of `nu` and `nu_max` (default: the parameter's dtype).
         bias_correction_mu: divide the first moment by $1-\beta_1^t$.
         bias_correction_nu: divide the second moment by $1-\beta_2^t$ before the maximum.
@@ -361,6 +322,7 @@ def scale_by_amsgrad(
     )
 
 
+@with_shared_args
 def scale_by_adamax(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -381,11 +343,8 @@ def scale_by_adamax(
     inside the maximum (the paper has no $\epsilon$).
 
     Args:
-        b1: decay of the first moment.
         b2: decay of the exponentially weighted infinity norm.
         eps: added to $|g_t|$, so the denominator is never zero.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>` (the infinity norm) shaped like the parameter;
@@ -403,6 +362,7 @@ def scale_by_adamax(
     return ScaleByAdamax(b1, b2, eps, mu_dtype, nu_dtype)
 
 
+@with_shared_args
 def scale_by_belief(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -426,13 +386,9 @@ def scale_by_belief(
     follow optax (`eps=eps_root=1e-16`); the paper uses `eps=1e-8, eps_root=0`.
 
     Args:
-        b1: decay of the first moment.
         b2: decay of the second moment of the prediction error $g_t - m_t$.
-        eps: added to the denominator outside the square root.
         eps_root: added to $s_t$ at every step (needed when differentiating through it).
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
         nu_dtype: dtype of `nu`, which holds $s$ (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
 
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.
@@ -450,6 +406,7 @@ def scale_by_belief(
     return ScaleByBelief(b1, b2, eps, eps_root, mu_dtype, nu_dtype, nesterov)
 
 
+@with_shared_args
 def scale_by_radam(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -480,14 +437,7 @@ def scale_by_radam(
     changes the rectified steps by up to a few parts in $10^3$ for $\beta_2 = 0.999$.
 
     Args:
-        b1: decay of the first moment.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         threshold: the smallest $\rho_t$ at which the adaptive step is used.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
-        nesterov: use Nesterov momentum.
 
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.
@@ -504,6 +454,7 @@ def scale_by_radam(
     return ScaleByRadam(b1, b2, eps, eps_root, threshold, mu_dtype, nu_dtype, nesterov)
 
 
+@with_shared_args
 def scale_by_yogi(
     b1: float = 0.9,
     b2: float = 0.999,
@@ -528,13 +479,8 @@ def scale_by_yogi(
     divided by the bias corrections.
 
     Args:
-        b1: decay of the first moment.
         b2: the rate of the second moment's additive update.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         initial_accumulator_value: the initial value of both moments.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; `count/<path>` an int32 scalar.
@@ -550,6 +496,7 @@ def scale_by_yogi(
     return ScaleByYogi(b1, b2, eps, eps_root, initial_accumulator_value, mu_dtype, nu_dtype)
 
 
+@with_shared_args
 def scale_by_adan(
     b1: float = 0.98,
     b2: float = 0.92,
@@ -576,13 +523,9 @@ def scale_by_adan(
     receiving gradients later than others.
 
     Args:
-        b1: decay of the first moment.
         b2: decay of the moving average of gradient differences.
         b3: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         mu_dtype: dtype of `mu`, `delta` and `prev_grad` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `delta/<path>`, `nu/<path>` and `prev_grad/<path>` (the last gradient)

@@ -7,14 +7,14 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import as_int, field
+from gradtx._core.per_array import PerArrayTransform
 
 __all__ = ["apply_every"]
 
 
-class ApplyEvery(ElementwiseTransform):
+class ApplyEvery(PerArrayTransform):
     """Accumulate updates, release their sum every `k` steps (see `apply_every`)."""
 
     name: ClassVar[str] = "apply_every"

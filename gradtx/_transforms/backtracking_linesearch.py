@@ -10,7 +10,7 @@ from jax import lax
 
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
-from gradtx._core.update_layout import like
+from gradtx._core.update_sharding import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, report
 
 __all__ = ["scale_by_backtracking_linesearch"]
@@ -38,7 +38,7 @@ class ScaleByBacktrackingLinesearch(Linesearch):
         """Only with `store_grad`."""
         return self.store_grad
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Shrink the step size from the last one (grown) until the value decreases enough."""
         line = self.line(updates, state, params, extra)
         dtype = line.dtype

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, static
 from gradtx._core.stacked import StackedTransform, as_stacked
-from gradtx._transforms.clipping import _sum_of_squares
+from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["clip_by_block_rms", "scale_by_param_block_norm", "scale_by_param_block_rms"]
 

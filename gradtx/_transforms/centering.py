@@ -6,13 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype
+from gradtx._core.per_array import PerArrayTransform
 
 __all__ = ["centralize"]
 
 
-class Centralize(ElementwiseTransform):
+class Centralize(PerArrayTransform):
     """Subtract the mean over all axes but the first (see `centralize`)."""
 
     name: ClassVar[str] = "centralize"

@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, non_negative, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.packed import reject_packed
-from gradtx._transforms.clipping import _sum_of_squares
+from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["dog_step_size", "initial_distance", "scale_by_distance_over_gradients"]
 
@@ -26,7 +26,7 @@ def dog_step_size(max_dist: Any, sum_sq: Any, eps: Any) -> Any:
     return max_dist / jnp.sqrt(sum_sq + eps)
 
 
-class ScaleByDistanceOverGradients(ElementwiseTransform):
+class ScaleByDistanceOverGradients(PerArrayTransform):
     """Per-array DoG step sizes (see `scale_by_distance_over_gradients`)."""
 
     name: ClassVar[str] = "scale_by_distance_over_gradients"
@@ -41,14 +41,14 @@ class ScaleByDistanceOverGradients(ElementwiseTransform):
         """The starting point, the largest distance and the gradients' sum of squares."""
         return ("init_params", "max_dist", "grad_sum_of_squares")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Per path: a copy of the param and its starting distance (`init` needs the values).
 
         `jax.ShapeDtypeStruct` leaves give zeros, to restore a checkpoint into. Packed params
         are refused (the distances are per array).
         """
         reject_packed(params, self.name, "keeps a distance and a gradient sum per array")
-        return super().init(params)
+        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """`x_0` (in `param_dtype`), `reps_rel * (1 + ||x_0||)` and a zero sum of squares."""

@@ -1,27 +1,22 @@
-"""Adafactor's factored second moments (Shazeer & Stern, 2018) and the Adafactor optimizer."""
+"""Adafactor's factored second moments (Shazeer & Stern, 2018): `scale_by_factored_rms`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.elementwise import Float16Check, warn_float16_statistics
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, warn_float16_statistics
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten, virtual
 
 __all__ = ["factored_dims", "scale_by_factored_rms"]
-
-_FACTORED = ("v_row", "v_col", "count")
-
-
-_FULL = ("v", "count")
 
 
 def factored_dims(
@@ -76,33 +71,30 @@ class ScaleByFactoredRms(StackedTransform):
             if leaf is not None:
                 shape = tuple(np.shape(leaf))[depth.get(path, 0) :]
                 split[self._dims(shape) is not None].add(path)
-        return ((_FACTORED, split[True]), (_FULL, split[False]))
+        return (("v_row", "v_col", "count"), split[True]), (("v", "count"), split[False])
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero moments per path: factored row and column statistics, or a full `v`."""
         reject_packed(
             params, self.name, "keeps factored moments whose shapes differ from the params'"
         )
         warn_float16_statistics(self, params)
-        return super().init(params)
+        return super().init_state(params)
 
-    def init_group_leaf(self, param: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    def init_leaf(self, param: Any) -> dict[str, Any]:
         """Zeros in `v_dtype`: `v` like the param, or the reduced `v_row`, `v_col`."""
         count = jnp.zeros((), jnp.int32)
-        if "v" in names:
-            return {"v": zeros_for(param, self.v_dtype), "count": count}
         shape = tuple(param.shape)
-        d1, d0 = self._dims(shape)
+        dims = self._dims(shape)
+        if dims is None:
+            return {"v": zeros_for(param, self.v_dtype), "count": count}
+        d1, d0 = dims
         dtype = param.dtype if self.v_dtype is None else self.v_dtype
         return {
             "v_row": jnp.zeros(_without(shape, d0), dtype),
             "v_col": jnp.zeros(_without(shape, d1), dtype),
             "count": count,
         }
-
-    def update_group_leaf(self, names: tuple[str, ...]) -> Callable:
-        """The full or the factored per-leaf math."""
-        return self._update_full if "v" in names else self._update_factored
 
     def _decay(self, new_count: Any, dtype: Any) -> Any:
         """The decay of the step whose count after it is `new_count` (see `next_count`)."""
@@ -112,23 +104,17 @@ class ScaleByFactoredRms(StackedTransform):
         t = (step + 1).astype(dtype)
         return 1 - t ** (-self.decay_rate.astype(dtype))
 
-    def _update_full(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        dtype = compute_dtype(g, slots["v"])
+    def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+        """Divide by the root of the full second moment, or of its rank-one estimate."""
+        dtype = compute_dtype(g, *(v for k, v in slots.items() if k != "count"))
         count = next_count(slots["count"])
         beta = self._decay(count, dtype)
         grad = g.astype(dtype)
         g2 = grad * grad + self.epsilon.astype(dtype)
-        v = as_stored(beta * slots["v"].astype(dtype) + (1 - beta) * g2, slots["v"])
-        u = grad / jnp.sqrt(v)
-        return u, {"v": v, "count": count}
-
-    def _update_factored(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-        dtype = compute_dtype(g, slots["v_row"], slots["v_col"])
-        count = next_count(slots["count"])
-        beta = self._decay(count, dtype)
-        d1, d0 = self._dims(tuple(g.shape))
-        grad = g.astype(dtype)
-        g2 = grad * grad + self.epsilon.astype(dtype)
+        if "v" in slots:
+            v = as_stored(beta * slots["v"].astype(dtype) + (1 - beta) * g2, slots["v"])
+            return grad / jnp.sqrt(v), {"v": v, "count": count}
+        d1, d0 = cast("tuple[int, int]", self._dims(tuple(g.shape)))  # it keeps v_row, v_col
         old_row, old_col = slots["v_row"], slots["v_col"]
         row = beta * old_row.astype(dtype) + (1 - beta) * jnp.mean(g2, axis=d0)
         col = beta * old_col.astype(dtype) + (1 - beta) * jnp.mean(g2, axis=d1)
@@ -137,9 +123,7 @@ class ScaleByFactoredRms(StackedTransform):
         row_mean = jnp.mean(row, axis=d1 - 1 if d1 > d0 else d1, keepdims=True)
         row_factor = jnp.expand_dims(1 / jnp.sqrt(row / row_mean), d0)
         col_factor = jnp.expand_dims(1 / jnp.sqrt(col), d1)
-        u = grad * row_factor * col_factor
-        changed = {"v_row": row, "v_col": col, "count": count}
-        return u, changed
+        return grad * row_factor * col_factor, {"v_row": row, "v_col": col, "count": count}
 
 
 def scale_by_factored_rms(

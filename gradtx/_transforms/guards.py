@@ -6,13 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype
+from gradtx._core.per_array import PerArrayTransform
 
 __all__ = ["keep_params_nonnegative", "zero_nans"]
 
 
-class ZeroNans(ElementwiseTransform):
+class ZeroNans(PerArrayTransform):
     """Replace NaNs by zeros and record which paths had any (see `zero_nans`)."""
 
     name: ClassVar[str] = "zero_nans"
@@ -51,7 +51,7 @@ def zero_nans() -> ZeroNans:
     return ZeroNans()
 
 
-class KeepParamsNonnegative(ElementwiseTransform):
+class KeepParamsNonnegative(PerArrayTransform):
     """Stop updates at zero so parameters stay non-negative (see `keep_params_nonnegative`)."""
 
     name: ClassVar[str] = "keep_params_nonnegative"

@@ -9,12 +9,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._core.lift import cast, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import (
+    cast,
+    check_state_keys,
+    compute_dtype,
+    init_slots,
+    update_slots,
+    zeros_for,
+)
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.protocol import Transformation
+from gradtx._core.widening import promoted
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.linesearch import dot, promoted, scalar_dtype
+from gradtx._transforms.linesearch import dot, scalar_dtype
 
 __all__ = ["scale_by_lbfgs"]
 
@@ -46,7 +54,7 @@ class ScaleByLbfgs(Transformation):
         """Per-path previous values and memories; the global weights and step count."""
         return ("count", *_PREVIOUS, *_MEMORIES, "weights_memory")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero previous values and memories for every non-`None` leaf, zero weights."""
         reject_packed(params, self.name, "keeps a memory of past steps for each array")
         m = self.memory_size
@@ -60,12 +68,12 @@ class ScaleByLbfgs(Transformation):
                 "diff_updates_memory": jnp.zeros(memory, param.dtype),
             }
 
-        state = init_slots(params, leaf_init, (*_PREVIOUS, *_MEMORIES))
+        state: dict[str, Any] = init_slots(params, leaf_init, (*_PREVIOUS, *_MEMORIES))
         state["weights_memory"] = jnp.zeros((m,), scalar_dtype(params))
         state["count"] = jnp.zeros((), jnp.int32)
         return state
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """One two-loop recursion over the present paths, with the newest pair stored first."""
         check_state_keys(self.name, state, self.state_keys())
         reject_packed(updates, self.name, "keeps a memory of past steps for each array")

@@ -9,7 +9,6 @@ state, where `value_and_grad_from_state` finds them for the next step.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -21,6 +20,7 @@ from jax import lax
 from gradtx._core.apply import apply_updates
 from gradtx._core.lift import (
     cast,
+    check_state_keys,
     compute_dtype,
     init_slots,
     map_updates,
@@ -28,28 +28,23 @@ from gradtx._core.lift import (
     update_slots,
     zeros_for,
 )
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.statistics import KeepsStatistics, statistics
+from gradtx._core.widening import promoted
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, path_of
+from gradtx._transforms.scale import _scaled
 
 __all__ = [
     "Line",
     "Linesearch",
     "check_steps",
     "dot",
-    "promoted",
     "report",
     "scalar_dtype",
     "value_and_grad_from_state",
 ]
-
-
-def promoted(*dtypes: Any) -> Any:
-    """The dtype standard promotion gives `dtypes` (combined on purpose, even when strict)."""
-    with jax.numpy_dtype_promotion("standard"):
-        return functools.reduce(jnp.promote_types, dtypes)
 
 
 def scalar_dtype(tree: Any) -> Any:
@@ -80,12 +75,6 @@ def _real(x: Any) -> Any:
     if is_complex(x):
         x = to_real(x)
     return cast(x, compute_dtype(x))
-
-
-def _scaled(u: Any, eta: jax.Array) -> Any:
-    """`eta * u` computed in `u`'s compute dtype, in `u`'s dtype."""
-    wide = compute_dtype(u)
-    return cast(cast(u, wide) * cast(eta, wide), u.dtype)
 
 
 def _value_fn_kwargs(value_fn: Callable, extra: dict[str, Any]) -> dict[str, Any]:
@@ -213,11 +202,11 @@ class Linesearch(Transformation, KeepsStatistics):
         info = ("info",) if self.keep_statistics else ()
         return ("learning_rate", "value", *(("grad",) if self.keeps_grad() else ()), *info)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Step size 1, value `inf` (nothing evaluated yet), zero gradients."""
         reject_packed(params, self.name, "evaluates the loss at points along the updates")
         dtype = scalar_dtype(params)
-        state = {}
+        state: dict[str, Any] = {}
         if self.keeps_grad():
             state = init_slots(params, lambda p: {"grad": zeros_for(p)}, ("grad",))
         state["learning_rate"] = jnp.ones((), dtype)

@@ -6,9 +6,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, static
+from gradtx._core.per_array import PerArrayTransform
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["scale_by_lion"]
 
@@ -21,7 +22,7 @@ def _as_mode(value: Any, name: str = "mode") -> str:
     return value
 
 
-class ScaleByLion(ElementwiseTransform):
+class ScaleByLion(PerArrayTransform):
     """The sign of an interpolation of momentum and gradient (see `scale_by_lion`)."""
 
     name: ClassVar[str] = "scale_by_lion"
@@ -62,6 +63,7 @@ class ScaleByLion(ElementwiseTransform):
         return jnp.where(jnp.abs(x) < 1, x, jnp.sign(x)), {"mu": new_mu}
 
 
+@with_shared_args
 def scale_by_lion(
     b1: float = 0.9,
     b2: float = 0.99,
@@ -90,7 +92,6 @@ def scale_by_lion(
     Args:
         b1: interpolation between momentum and gradient for the update.
         b2: decay of the momentum.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
         mode: `"hard"` (the sign, Lion as published), `"smooth"` or `"refined"`.
         smooth_beta: the slope $\beta_s$ of the `"smooth"` mode (not kept by the others).
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, cast, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, momentum_rate, static
+from gradtx._core.per_array import PerArrayTransform
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["trace"]
 
 
-class Trace(ElementwiseTransform):
+class Trace(PerArrayTransform):
     """Heavy-ball or Nesterov momentum (see `trace`)."""
 
     name: ClassVar[str] = "trace"
@@ -36,6 +37,7 @@ class Trace(ElementwiseTransform):
         return cast(u, g.dtype), {"trace": new_trace}
 
 
+@with_shared_args
 def trace(decay: float, nesterov: bool = False, *, accumulator_dtype: Any = None) -> Trace:
     r"""Momentum: keep a decaying sum of past updates.
 
@@ -44,7 +46,6 @@ def trace(decay: float, nesterov: bool = False, *, accumulator_dtype: Any = None
 
     Args:
         decay: the momentum coefficient.
-        nesterov: use Nesterov momentum.
         accumulator_dtype: dtype of the trace (default: the parameter's dtype).
 
     State:

@@ -85,7 +85,7 @@ class Monitor(Transformation):
     """Record statistics of the updates passing through (see `monitor`)."""
 
     label: str = static("monitor")
-    stats: tuple = static(("global_norm",), converter=_as_stats)
+    stats: tuple[str, ...] | str = static(("global_norm",), converter=_as_stats)
 
     def __check__(self) -> None:
         if not isinstance(self.label, str) or not self.label or "/" in self.label:
@@ -98,7 +98,7 @@ class Monitor(Transformation):
         """The monitor's name: the key of its statistics in a chain's state."""
         return self.label
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero statistics; per-path ones for every parameter path present in `params`."""
         reject_packed(params, f"monitor({self.label!r})", "keeps statistics per path")
 
@@ -116,9 +116,7 @@ class Monitor(Transformation):
             state["global_update_ratio"] = zero()
         return statistics(state)
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
         """Return `updates` unchanged and the statistics of the paths present in them."""
         owner = f"monitor({self.label!r})"
         if not isinstance(state, dict) or any(s not in state for s in self.stats):

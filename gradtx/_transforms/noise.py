@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import field, hyperparam
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.packed import reject_packed
 
 __all__ = ["add_noise"]
@@ -41,7 +41,7 @@ def path_key(key: Any, path: str) -> Any:
     return jax.random.fold_in(key, zlib.crc32(path.encode()))
 
 
-class AddNoise(ElementwiseTransform):
+class AddNoise(PerArrayTransform):
     """Add annealed Gaussian noise, one random stream per path (see `add_noise`)."""
 
     name: ClassVar[str] = "add_noise"
@@ -54,10 +54,10 @@ class AddNoise(ElementwiseTransform):
         """The path's step `count` and its PRNG key `rng_key`."""
         return ("count", "rng_key")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Count 0 and the key `fold_in(seed, crc32(path))` for every path."""
         reject_packed(params, self.name, "keeps one random stream per path")
-        state = super().init(params)
+        state = super().init_state(params)
         state["rng_key"] = {p: path_key(k, p) for p, k in state["rng_key"].items()}
         return state
 

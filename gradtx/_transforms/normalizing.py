@@ -4,30 +4,27 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import compute_dtype, map_updates
+from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.clipping import global_norm
+from gradtx._transforms.scale import _scaled
 
 __all__ = ["normalize_by_update_norm"]
 
 
-class NormalizeByUpdateNorm(ElementwiseTransform):
+class NormalizeByUpdateNorm(PerArrayTransform):
     """Divide all updates by their global norm (see `normalize_by_update_norm`)."""
 
     name: ClassVar[str] = "normalize_by_update_norm"
     scale_factor: Any = hyperparam(1.0)
     eps: Any = hyperparam(1e-6, check=non_negative)
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """`u = scale_factor * g / (||g|| + eps)`, the norm over every present leaf."""
         self.check_state(state)
         factor = self.scale_factor / (global_norm(updates) + self.eps)
-
-        def scaled(g: Any, _: Any) -> Any:
-            return (g.astype(compute_dtype(g)) * factor).astype(g.dtype)
-
-        return map_updates(scaled, updates, owner=self.name), state
+        return map_updates(lambda g, _: _scaled(g, factor), updates, owner=self.name), state
 
 
 def normalize_by_update_norm(scale_factor: float = 1.0, eps: float = 1e-6) -> NormalizeByUpdateNorm:

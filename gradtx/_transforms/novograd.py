@@ -6,25 +6,19 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.clipping import _sum_of_squares
+from gradtx._transforms.shared_args import with_shared_args
+from gradtx._transforms.weight_decay import is_literal_zero
+from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["scale_by_novograd"]
 
 
-def _no_decay(weight_decay: Any) -> bool:
-    return (
-        isinstance(weight_decay, (int, float))
-        and not isinstance(weight_decay, bool)
-        and (weight_decay == 0)
-    )
-
-
-class ScaleByNovograd(ElementwiseTransform):
+class ScaleByNovograd(PerArrayTransform):
     """NovoGrad's layer-wise normalised momentum (see `scale_by_novograd`)."""
 
     name: ClassVar[str] = "scale_by_novograd"
@@ -47,10 +41,10 @@ class ScaleByNovograd(ElementwiseTransform):
         """The momentum `mu`, the per-array second moment `nu` and the path's `count`."""
         return ("mu", "nu", "count")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Slots for every non-`None` leaf (packed params are refused: `nu` is per array)."""
         reject_packed(params, self.name, "keeps a scalar second moment per array")
-        return super().init(params)
+        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero `mu` (in `mu_dtype`), a zero scalar `nu` (the param's dtype), count 0."""
@@ -78,6 +72,7 @@ class ScaleByNovograd(ElementwiseTransform):
         return mu, {"mu": mu, "nu": nu, "count": count}
 
 
+@with_shared_args
 def scale_by_novograd(
     b1: float = 0.9,
     b2: float = 0.25,
@@ -101,12 +96,8 @@ def scale_by_novograd(
 
     Args:
         b1: decay of the momentum.
-        b2: decay of the second moment.
-        eps: added to the denominator outside the square root.
-        eps_root: added inside the square root.
         weight_decay: the decay $\lambda$ added inside the momentum. A literal `0` (the
             default) needs no params; any other value makes `update` need them.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
 
     State:
         `mu/<path>` shaped like the parameter; `nu/<path>` a scalar in the parameter's dtype;
@@ -123,5 +114,5 @@ def scale_by_novograd(
         Ginsburg et al., "Stochastic Gradient Methods with Layer-wise Adaptive Moments for
         Training of Deep Networks", 2019.
     """
-    decay = None if _no_decay(weight_decay) else weight_decay
+    decay = None if is_literal_zero(weight_decay) else weight_decay
     return ScaleByNovograd(b1, b2, eps, eps_root, decay, mu_dtype)

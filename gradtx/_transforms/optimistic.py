@@ -6,15 +6,15 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 
 __all__ = ["scale_by_optimistic_gradient"]
 
 
-class ScaleByOptimisticGradient(ElementwiseTransform):
+class ScaleByOptimisticGradient(PerArrayTransform):
     """`u = (alpha + beta) g - beta g_prev` (see `scale_by_optimistic_gradient`)."""
 
     name: ClassVar[str] = "scale_by_optimistic_gradient"

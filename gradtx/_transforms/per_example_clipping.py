@@ -21,56 +21,87 @@ __all__ = ["per_example_global_norm_clip", "per_example_layer_norm_clip"]
 _BATCH_AXIS = "takes per-example gradients with a leading batch axis"
 
 
-class PerExampleGlobalNormClip(Transformation, KeepsStatistics):
-    """Clip each example's gradient, sum over the batch (see `per_example_global_norm_clip`)."""
+class _PerExampleClip(Transformation, KeepsStatistics):
+    """Per-example gradients, each example clipped, summed over the batch (the two below)."""
 
-    name: ClassVar[str] = "per_example_global_norm_clip"
     gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
-    l2_norm_clip: Any = hyperparam(check=positive)
-    keep_statistics: bool = static(True)
+    per_leaf: ClassVar[bool]  # each leaf clipped on its own, `num_clipped` kept per path
 
     def state_keys(self) -> tuple[str, ...]:
         """The statistic `num_clipped` (none without statistics)."""
         return ("num_clipped",) if self.keep_statistics else ()
 
-    def init(self, params: Any) -> dict:
-        """The statistic `num_clipped` (int32: how many examples the last update clipped)."""
+    def init_state(self, params: Any) -> dict:
+        """`num_clipped`: int32 counts of the examples the last update clipped (per path)."""
         reject_packed(params, self.name, _BATCH_AXIS)
         if not self.keep_statistics:
             return {}
-        return statistics(num_clipped=jnp.zeros((), jnp.int32))
+        if not self.per_leaf:
+            return statistics(num_clipped=jnp.zeros((), jnp.int32))
+        paths, leaves, _ = flatten(params)
+        # A buffer per path: a donated step donates each (see gradtx/_core/statistics.py).
+        counts = {p: jnp.zeros((), jnp.int32) for p, x in zip(paths, leaves) if x is not None}
+        return statistics(num_clipped=statistics(counts))
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """Sum over the leading batch axis of the per-example gradients, each clipped."""
-        if self.keep_statistics and (not isinstance(state, dict) or "num_clipped" not in state):
+        recorded = isinstance(state, dict) and "num_clipped" in state
+        if recorded and self.per_leaf:
+            recorded = isinstance(state["num_clipped"], dict)
+        if self.keep_statistics and not recorded:
+            what = "per-path entries" if self.per_leaf else "key"
             raise KeyError(
-                f"{self.name}: expected the state made by its init, with key 'num_clipped'."
+                f"{self.name}: expected the state made by its init, with {what} 'num_clipped'."
             )
-        paths, leaves, treedef, present = _per_example_leaves(updates, self.name)
-        batch = _batch_size(present, self.name)
+        paths, _, treedef, present = _per_example_leaves(updates, self.name)
+        _batch_size(present, self.name)
+        if self.keep_statistics and self.per_leaf:
+            unknown = [p for p, _ in present if p not in state["num_clipped"]]
+            if unknown:
+                raise KeyError(
+                    f"{self.name}: the state has no entry for path {unknown[0]!r}; the params "
+                    "changed since init (call `gradtx.reconcile(tx, state, params)`)."
+                )
         if not present:
             return updates, state
-        summed, num_clipped = _globally_clipped_sum(present, leaves, batch, self.l2_norm_clip)
+        sums, num_clipped = self.clipped_sums(present)
+        summed = treedef.unflatten([sums.get(p) for p in paths])
         if not self.keep_statistics:
-            return treedef.unflatten(summed), {}
-        return treedef.unflatten(summed), statistics({**state, "num_clipped": num_clipped})
+            return summed, {}
+        if self.per_leaf:
+            num_clipped = statistics({**state["num_clipped"], **num_clipped})
+        return summed, statistics({**state, "num_clipped": num_clipped})
+
+    def clipped_sums(self, present: list[tuple[str, Any]]) -> tuple[dict[str, Any], Any]:
+        """Each present path's clipped sum, and the counts of the examples clipped."""
+        raise NotImplementedError
+
+
+def _clipped_sums(
+    present: list[tuple[str, Any]], clip: Any, share: float = 1.0
+) -> tuple[dict[str, Any], Any]:
+    """The leaves of `present` summed over the batch, each example clipped to their joint norm.
+
+    An example whose gradient has global norm (over `present`) above `clip * share` is scaled
+    down to it. Returns each path's sum, in its leaf's dtype, and how many examples were
+    clipped (int32).
+    """
+    dtype = compute_dtype(*(g for _, g in present))
+    norms = jnp.sqrt(sum(_example_squares(g, dtype) for _, g in present))
+    bound = clip.astype(dtype) * jnp.asarray(share, dtype)
+    over = norms > bound
+    factors = jnp.where(over, bound / jnp.where(over, norms, 1), 1)  # 1 for a zero norm
+    sums = {p: jnp.tensordot(factors, g.astype(dtype), 1).astype(g.dtype) for p, g in present}
+    return sums, jnp.sum(over, dtype=jnp.int32)
 
 
 def _globally_clipped_sum(
     present: list[tuple[str, Any]], leaves: list, batch: int, l2_norm_clip: Any
 ) -> tuple[list, Any]:
-    """The per-example sums of `leaves`, each example clipped to a global norm.
-
-    Returns each leaf's sum over the batch (`None` where `leaves` has none) and how many
-    examples were clipped (int32).
-    """
-    dtype = compute_dtype(*(g for _, g in present))
-    total = jnp.zeros((batch,), dtype)
-    for _, g in present:
-        total = total + _example_squares(g, dtype)
-    factors, over = _clip_factors(jnp.sqrt(total), l2_norm_clip.astype(dtype))
-    summed = [None if g is None else _clipped_sum(factors, g, dtype) for g in leaves]
-    return summed, jnp.sum(over, dtype=jnp.int32)
+    """`_clipped_sums(present, l2_norm_clip)` as a list like `leaves` (`None` where it has none)."""
+    sums, num_clipped = _clipped_sums(present, l2_norm_clip)
+    summed = iter(sums.values())
+    return [None if g is None else next(summed) for g in leaves], num_clipped
 
 
 def _example_squares(g: Any, dtype: Any) -> Any:
@@ -79,18 +110,7 @@ def _example_squares(g: Any, dtype: Any) -> Any:
     return jnp.sum(y * y, axis=tuple(range(1, y.ndim)))
 
 
-def _clip_factors(norms: Any, clip: Any) -> tuple[Any, Any]:
-    """Each example's factor `min(1, clip / norm)` (1 for a zero norm), and which are < 1."""
-    over = norms > clip
-    return jnp.where(over, clip / jnp.where(over, norms, 1), 1), over
-
-
-def _clipped_sum(factors: Any, g: Any, dtype: Any) -> Any:
-    """`sum_i factors[i] * g[i]` over the leading batch axis, in `g`'s dtype."""
-    return jnp.tensordot(factors, g.astype(dtype), 1).astype(g.dtype)
-
-
-def _per_example_leaves(updates: Any, owner: str) -> tuple[list, list, Any, list]:
+def _per_example_leaves(updates: Any, owner: str) -> tuple[Any, list, Any, list]:
     """Paths, leaves, treedef and the `(path, leaf)` pairs present, packed and complex refused."""
     reject_packed(updates, owner, _BATCH_AXIS)
     reject_complex(updates, owner, "needs a leading batch axis on every leaf")
@@ -99,6 +119,7 @@ def _per_example_leaves(updates: Any, owner: str) -> tuple[list, list, Any, list
 
 
 def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
+    """The batch size (the leading axis) that every leaf of `present` shares, 0 for none."""
     sizes = {}
     for path, g in present:
         if np.ndim(g) == 0:
@@ -114,6 +135,19 @@ def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
             f"({shown})."
         )
     return next(iter(sizes), 0)
+
+
+class PerExampleGlobalNormClip(_PerExampleClip):
+    """Clip each example's gradient, sum over the batch (see `per_example_global_norm_clip`)."""
+
+    name: ClassVar[str] = "per_example_global_norm_clip"
+    per_leaf: ClassVar[bool] = False
+    l2_norm_clip: Any = hyperparam(check=positive)
+    keep_statistics: bool = static(True)
+
+    def clipped_sums(self, present: list[tuple[str, Any]]) -> tuple[dict[str, Any], Any]:
+        """Every leaf clipped together: one norm per example, one count."""
+        return _clipped_sums(present, self.l2_norm_clip)
 
 
 def per_example_global_norm_clip(l2_norm_clip: float) -> PerExampleGlobalNormClip:
@@ -151,68 +185,31 @@ def per_example_global_norm_clip(l2_norm_clip: float) -> PerExampleGlobalNormCli
     return PerExampleGlobalNormClip(l2_norm_clip)
 
 
-class PerExampleLayerNormClip(Transformation, KeepsStatistics):
+class PerExampleLayerNormClip(_PerExampleClip):
     """Clip each example's leaves, sum over the batch (see `per_example_layer_norm_clip`)."""
 
     name: ClassVar[str] = "per_example_layer_norm_clip"
-    gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
+    per_leaf: ClassVar[bool] = True
     global_l2_norm_clip: Any = hyperparam(check=positive)
     uniform: bool = static(True)
     keep_statistics: bool = static(True)
 
-    def state_keys(self) -> tuple[str, ...]:
-        """The per-path statistic `num_clipped` (none without statistics)."""
-        return ("num_clipped",) if self.keep_statistics else ()
-
-    def init(self, params: Any) -> dict:
-        """`num_clipped/<path>`: int32 zeros for every non-`None` leaf of `params`."""
-        reject_packed(params, self.name, _BATCH_AXIS)
-        if not self.keep_statistics:
-            return {}
-        paths, leaves, _ = flatten(params)
-        # A buffer per path: a donated step donates each (see gradtx/_core/statistics.py).
-        present = (p for p, x in zip(paths, leaves) if x is not None)
-        counts = statistics({p: jnp.zeros((), jnp.int32) for p in present})
-        return statistics({"num_clipped": counts})
-
-    def update(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
-        """Sum over the leading batch axis of the per-example gradients, each layer clipped."""
-        recorded = isinstance(state, dict) and isinstance(state.get("num_clipped"), dict)
-        if self.keep_statistics and not recorded:
-            raise KeyError(
-                f"{self.name}: expected the state made by its init, with per-path entries "
-                "'num_clipped'."
-            )
-        paths, leaves, treedef, present = _per_example_leaves(updates, self.name)
-        _batch_size(present, self.name)
-        counts = dict(state["num_clipped"]) if self.keep_statistics else {}
-        unknown = [p for p, _ in present if self.keep_statistics and p not in counts]
-        if unknown:
-            raise KeyError(
-                f"{self.name}: the state has no entry for path {unknown[0]!r}; the params "
-                "changed since init (call `gradtx.reconcile(tx, state, params)`)."
-            )
-        clips = _layer_clips(present, self.uniform)
-        out = {}
-        for path, g in present:
-            dtype = compute_dtype(g)
-            clip = self.global_l2_norm_clip.astype(dtype) * jnp.asarray(clips[path], dtype)
-            factors, over = _clip_factors(jnp.sqrt(_example_squares(g, dtype)), clip)
-            out[path] = _clipped_sum(factors, g, dtype)
-            counts[path] = jnp.sum(over, dtype=jnp.int32)
-        new = treedef.unflatten([out.get(p) for p in paths])
-        if not self.keep_statistics:
-            return new, {}
-        return new, statistics({**state, "num_clipped": statistics(counts)})
+    def clipped_sums(self, present: list[tuple[str, Any]]) -> tuple[dict[str, Any], Any]:
+        """Each leaf clipped on its own, to its share of the bound: a sum and a count per path."""
+        sums, counts = {}, {}
+        for (path, g), share in zip(present, _layer_shares(present, self.uniform)):
+            one, counts[path] = _clipped_sums([(path, g)], self.global_l2_norm_clip, share)
+            sums.update(one)
+        return sums, counts
 
 
-def _layer_clips(present: list[tuple[str, Any]], uniform: bool) -> dict[str, float]:
+def _layer_shares(present: list[tuple[str, Any]], uniform: bool) -> list[float]:
     """Each present layer's share of the global clip norm: `sqrt(1 / K)` or `sqrt(D_i / D)`."""
     if uniform:
-        return {path: math.sqrt(1.0 / len(present)) for path, _ in present}
-    sizes = {path: math.prod(np.shape(g)[1:]) for path, g in present}
-    total = sum(sizes.values())
-    return {path: math.sqrt(n / total) if total else 0.0 for path, n in sizes.items()}
+        return [math.sqrt(1.0 / len(present))] * len(present)
+    sizes = [math.prod(np.shape(g)[1:]) for _, g in present]
+    total = sum(sizes)
+    return [math.sqrt(n / total) if total else 0.0 for n in sizes]
 
 
 def per_example_layer_norm_clip(

@@ -6,10 +6,11 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
-from gradtx._core.lift import compute_dtype, map_updates
+from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative, static
-from gradtx._transforms.clipping import global_sum_of_squares
+from gradtx._core.per_array import PerArrayTransform
+from gradtx._transforms.scale import _scaled
+from gradtx._tree.reductions import global_sum as global_sum_of_squares
 
 __all__ = ["scale_by_polyak"]
 
@@ -32,7 +33,7 @@ def _missing_value(owner: str) -> TypeError:
     )
 
 
-class ScaleByPolyak(ElementwiseTransform):
+class ScaleByPolyak(PerArrayTransform):
     """Scale all updates by the Polyak step size (see `scale_by_polyak`)."""
 
     name: ClassVar[str] = "scale_by_polyak"
@@ -41,7 +42,7 @@ class ScaleByPolyak(ElementwiseTransform):
     eps: Any = hyperparam(0.0, check=non_negative)
     variant: str = static("sps", converter=_variant)
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Multiply every present update by `min((value - f_min) / (||g||^2 + eps), max_lr)`."""
         self.check_state(state)
         value = extra.get("value")
@@ -57,11 +58,7 @@ class ScaleByPolyak(ElementwiseTransform):
             jnp.float32(0),
             jnp.minimum(gap / denominator, self.max_learning_rate),
         )
-
-        def scaled(g: Any, _: Any) -> Any:
-            return (g.astype(compute_dtype(g)) * step).astype(g.dtype)
-
-        return map_updates(scaled, updates, owner=self.name), state
+        return map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name), state
 
 
 def scale_by_polyak(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
-from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
+from gradtx._core.lift import compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.adam import SECOND_MOMENT
+from gradtx._transforms.adam import SECOND_MOMENT, moving_average
+from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["scale_by_rms", "scale_by_stddev"]
 
@@ -22,7 +23,7 @@ def filled_for(param: Any, value: Any, dtype: Any = None) -> Any:
     return zeros + jnp.asarray(value).astype(zeros.dtype)
 
 
-class _MovingSquares(ElementwiseTransform):
+class _MovingSquares(PerArrayTransform):
     """Shared fields and slots of `ScaleByRms` and `ScaleByStddev`."""
 
     decay: Any = hyperparam(0.9, check=decay_rate)
@@ -31,22 +32,21 @@ class _MovingSquares(ElementwiseTransform):
     eps_in_sqrt: bool = static(True)
     bias_correction: bool = static(False)
     centered: ClassVar[bool] = False
-    float16_check: ClassVar[Float16Check] = SECOND_MOMENT  # both subclasses have `nu_dtype`
+    float16_check: ClassVar[Float16Check] = SECOND_MOMENT
+    if TYPE_CHECKING:  # each subclass's own fields (declared here, they would come first)
+        nu_dtype: ClassVar[Any]
+        mu_dtype: ClassVar[Any]  # when centered
 
     def state_keys(self) -> tuple[str, ...]:
         """`mu` when centered, `nu`, and the path's step `count` with bias correction."""
         keys = ("mu", "nu") if self.centered else ("nu",)
         return keys + ("count",) if self.bias_correction else keys
 
-    def slot_dtype(self, slot: str) -> Any:
-        """The storage dtype asked for a slot (`None`: the parameter's)."""
-        return None
-
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """`nu` filled with `initial_scale`, `mu` zeros, count 0."""
-        slots = {"nu": filled_for(param, self.initial_scale, self.slot_dtype("nu"))}
+        slots = {"nu": filled_for(param, self.initial_scale, self.nu_dtype)}
         if self.centered:
-            slots["mu"] = zeros_for(param, self.slot_dtype("mu"))
+            slots["mu"] = zeros_for(param, self.mu_dtype)
         if self.bias_correction:
             slots["count"] = jnp.zeros((), jnp.int32)
         return slots
@@ -55,20 +55,16 @@ class _MovingSquares(ElementwiseTransform):
         """One (centered) RMS step for one array, computed in at least float32."""
         dtype = compute_dtype(g, *(slots[k] for k in ("mu", "nu") if k in slots))
         decay, grad = self.decay.astype(dtype), g.astype(dtype)
-        new: dict[str, Any] = {}
-        nu = as_stored((1 - decay) * (grad * grad) + decay * slots["nu"].astype(dtype), slots["nu"])
-        new["nu"] = nu
+        new: dict[str, Any] = {"nu": moving_average(decay, slots["nu"], grad * grad, dtype)}
         if self.centered:
-            mu = as_stored((1 - decay) * grad + decay * slots["mu"].astype(dtype), slots["mu"])
-            new["mu"] = mu
+            new["mu"] = moving_average(decay, slots["mu"], grad, dtype)
+        nu, mu = new["nu"], new.get("mu")
         if self.bias_correction:
-            count = next_count(slots["count"])
-            correction = 1 - decay ** count.astype(dtype)
-            new["count"] = count
+            new["count"] = next_count(slots["count"])
+            correction = 1 - decay ** new["count"].astype(dtype)
             nu = nu / correction
-            if self.centered:
-                mu = mu / correction
-        second = nu - mu * mu if self.centered else nu
+            mu = None if mu is None else mu / correction
+        second = nu if mu is None else nu - mu * mu
         eps = self.eps.astype(dtype)
         if self.eps_in_sqrt:
             scaling = jax.lax.rsqrt(second + eps)
@@ -83,10 +79,6 @@ class ScaleByRms(_MovingSquares):
     name: ClassVar[str] = "scale_by_rms"
     nu_dtype: Any = static(None, converter=dtype_or_none)
 
-    def slot_dtype(self, slot: str) -> Any:
-        """`nu_dtype` for `nu`."""
-        return self.nu_dtype
-
 
 class ScaleByStddev(_MovingSquares):
     """Rescale by a moving estimate of the gradients' standard deviation (`scale_by_stddev`)."""
@@ -96,11 +88,8 @@ class ScaleByStddev(_MovingSquares):
     nu_dtype: Any = static(None, converter=dtype_or_none)
     centered: ClassVar[bool] = True
 
-    def slot_dtype(self, slot: str) -> Any:
-        """`mu_dtype` for `mu`, `nu_dtype` for `nu`."""
-        return self.mu_dtype if slot == "mu" else self.nu_dtype
 
-
+@with_shared_args
 def scale_by_rms(
     decay: float = 0.9,
     eps: float = 1e-8,
@@ -128,7 +117,6 @@ def scale_by_rms(
         initial_scale: the initial value of $\nu$ (PyTorch uses 0, TensorFlow 1 uses 1).
         eps_in_sqrt: add `eps` inside the square root (else outside).
         bias_correction: divide $\nu_t$ by $1-\rho^t$.
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `nu/<path>` shaped like the parameter; with `bias_correction`, `count/<path>` an
@@ -147,6 +135,7 @@ def scale_by_rms(
     return ScaleByRms(decay, eps, initial_scale, eps_in_sqrt, bias_correction, nu_dtype)
 
 
+@with_shared_args
 def scale_by_stddev(
     decay: float = 0.9,
     eps: float = 1e-8,
@@ -177,8 +166,6 @@ def scale_by_stddev(
         initial_scale: the initial value of $\nu$.
         eps_in_sqrt: add `eps` inside the square root (else outside).
         bias_correction: divide both moments by $1-\rho^t$.
-        mu_dtype: dtype of `mu` (default: the parameter's dtype).
-        nu_dtype: dtype of `nu` (default: the parameter's dtype).
 
     State:
         `mu/<path>`, `nu/<path>` shaped like the parameter; with `bias_correction`,

@@ -1,4 +1,4 @@
-"""Scaling transformations: identity, set_to_zero, scale, learning rates and schedules."""
+"""Scaling: identity, set_to_zero, scale, learning rates and schedules; `scale_gradient`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import cast, compute_dtype
-from gradtx._core.module import Module, as_float, hyperparam, static
+from gradtx._core.module import Module, as_float, hyperparam, is_schedule, static
+from gradtx._core.per_array import PerArrayTransform, hyperparam_at
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.step_counts import next_count
 
@@ -36,21 +36,17 @@ def _scaled(g: Any, factor: Any) -> Any:
     return cast(product, g.dtype)
 
 
-def _is_schedule(value: Any) -> bool:
-    return isinstance(value, Module) or callable(value)
-
-
-class Identity(ElementwiseTransform):
+class Identity(PerArrayTransform):
     """Returns the updates unchanged (see `identity`)."""
 
     name: ClassVar[str] = "identity"
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Return `updates` and `state` as they are."""
         return updates, state
 
 
-class SetToZero(ElementwiseTransform):
+class SetToZero(PerArrayTransform):
     """Replaces every present update by zeros (see `set_to_zero`)."""
 
     name: ClassVar[str] = "set_to_zero"
@@ -60,7 +56,7 @@ class SetToZero(ElementwiseTransform):
         return jnp.zeros_like(g), {}
 
 
-class Scale(ElementwiseTransform):
+class Scale(PerArrayTransform):
     """Multiplies updates by a constant (see `scale`)."""
 
     name: ClassVar[str] = "scale"
@@ -71,19 +67,19 @@ class Scale(ElementwiseTransform):
         return _scaled(g, self.step_size), {}
 
 
-def _scheduled_leaf(schedule: Any, sign: float, g: Any, slots: dict) -> tuple[Any, dict]:
-    # The schedule reads the new count less one (the old count, short of saturation), so the
-    # donated count has one reader: XLA then writes it in place without copying it first.
+def scheduled_value(value: Any, slots: dict) -> tuple[Any, dict]:
+    """`value` at the path's step, and its advanced `schedule_count` slot if it is a schedule.
+
+    The schedule reads the new count less one (the old count, short of saturation), so the
+    donated count has one reader: XLA then writes it in place without copying it first.
+    """
+    if not is_schedule(value):
+        return value, {}
     count = next_count(slots["schedule_count"])
-    factor = sign * hyperparam_at(schedule, count - 1)
-    return _scaled(g, factor), {"schedule_count": count}
+    return hyperparam_at(value, count - 1), {"schedule_count": count}
 
 
-def _count_slot(param: Any) -> dict[str, Any]:
-    return {"schedule_count": jnp.zeros((), jnp.int32)}
-
-
-class RecordsScheduledValue(ElementwiseTransform, KeepsStatistics):
+class RecordsScheduledValue(PerArrayTransform, KeepsStatistics):
     """A scheduled factor that also keeps its value at the last step, for `gradtx.stats`.
 
     With a schedule, the state holds the per-path `schedule_count` slot and `scheduled`, a
@@ -101,7 +97,7 @@ class RecordsScheduledValue(ElementwiseTransform, KeepsStatistics):
 
     def slot_keys(self) -> tuple[str, ...]:
         """`schedule_count` when scheduled."""
-        return ("schedule_count",) if _is_schedule(self._schedule()) else ()
+        return ("schedule_count",) if is_schedule(self._schedule()) else ()
 
     def state_keys(self) -> tuple[str, ...]:
         """`schedule_count` and `scheduled` when scheduled, else nothing."""
@@ -110,11 +106,11 @@ class RecordsScheduledValue(ElementwiseTransform, KeepsStatistics):
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero step count when scheduled."""
-        return _count_slot(param) if self.slot_keys() else {}
+        return {"schedule_count": jnp.zeros((), jnp.int32)} if self.slot_keys() else {}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The count slots, and the schedule's value at step 0."""
-        state = super().init(params)
+        state = super().init_state(params)
         if "scheduled" not in self.state_keys():
             return state
         zero = jnp.zeros((), jnp.int32)
@@ -127,9 +123,7 @@ class RecordsScheduledValue(ElementwiseTransform, KeepsStatistics):
     def _value_at(self, step: Any) -> Any:
         return jnp.asarray(hyperparam_at(self._schedule(), step), jnp.float32)
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
         """The scaled updates; the value is recorded from the counts just advanced."""
         self.check_state(state)
         if not self.slot_keys():
@@ -158,7 +152,8 @@ class ScaleBySchedule(RecordsScheduledValue):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = schedule(count) * g`, then `count += 1`."""
-        return _scheduled_leaf(self.step_size_fn, 1.0, g, slots)
+        factor, changed = scheduled_value(self.step_size_fn, slots)
+        return _scaled(g, factor), changed
 
 
 class ScaleByLearningRate(RecordsScheduledValue):
@@ -172,21 +167,18 @@ class ScaleByLearningRate(RecordsScheduledValue):
     flip_sign: bool = static(True)
     keep_statistics: bool = static(True)
 
-    def update(
-        self, updates: Any, state: dict, params: Any = None, **extra: Any
-    ) -> tuple[Any, dict]:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
         """`-lr * g` for every present path (`+lr * g` with `flip_sign=False`)."""
         if self.flip_sign and not self.state_keys():
             # A constant rate is negated once for the tree, not traced again for every leaf.
             unsigned = self.replace(learning_rate=-self.learning_rate, flip_sign=False)
-            return unsigned.update(updates, state, params, **extra)
-        return super().update(updates, state, params, **extra)
+            return unsigned.step(updates, state, params, **extra)
+        return super().step(updates, state, params, **extra)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = -lr * g` (or `+lr * g` with `flip_sign=False`)."""
-        if self.state_keys():
-            return _scheduled_leaf(self.learning_rate, -1.0 if self.flip_sign else 1.0, g, slots)
-        return _scaled(g, -self.learning_rate if self.flip_sign else self.learning_rate), {}
+        rate, changed = scheduled_value(self.learning_rate, slots)
+        return _scaled(g, -rate if self.flip_sign else rate), changed
 
 
 def identity() -> Identity:
@@ -245,7 +237,7 @@ def scale_by_schedule(step_size_fn: Module | Callable[[Any], Any]) -> ScaleBySch
         >>> state["schedule_count"]["w"]
         Array(0, dtype=int32)
     """
-    if not _is_schedule(step_size_fn):
+    if not is_schedule(step_size_fn):
         raise TypeError(
             "scale_by_schedule: `step_size_fn` must be a schedule or a function of the step, "
             f"got {step_size_fn!r}; for a constant, use gradtx.scale."

@@ -6,14 +6,14 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
+from gradtx._core.per_array import PerArrayTransform
 
 __all__ = ["scale_by_rprop", "scale_by_sign"]
 
 
-class ScaleBySign(ElementwiseTransform):
+class ScaleBySign(PerArrayTransform):
     """`u = sign(g)` (see `scale_by_sign`)."""
 
     name: ClassVar[str] = "scale_by_sign"
@@ -23,7 +23,7 @@ class ScaleBySign(ElementwiseTransform):
         return jnp.sign(g), {}
 
 
-class ScaleByRprop(ElementwiseTransform):
+class ScaleByRprop(PerArrayTransform):
     """Rprop's sign-driven per-element step sizes (see `scale_by_rprop`)."""
 
     name: ClassVar[str] = "scale_by_rprop"

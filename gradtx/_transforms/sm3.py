@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
-from gradtx._core.update_layout import whole
+from gradtx._core.per_array import Float16Check, PerArrayTransform
+from gradtx._core.update_sharding import whole
 from gradtx._layouts.packed import reject_packed
 
 __all__ = ["accumulator_size", "scale_by_sm3"]
@@ -49,7 +49,7 @@ def _cover_maxima(acc: Any) -> Any:
     )
 
 
-class ScaleBySm3(ElementwiseTransform):
+class ScaleBySm3(PerArrayTransform):
     """SM3's per-cover-set second moments and momentum (see `scale_by_sm3`)."""
 
     name: ClassVar[str] = "scale_by_sm3"
@@ -66,10 +66,10 @@ class ScaleBySm3(ElementwiseTransform):
         """The momentum `mu` and the cover-set accumulators `v`."""
         return ("mu", "v")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero slots per path (packed params are refused: `v` is shaped per array)."""
         reject_packed(params, self.name, "keeps accumulators shaped by each array's axes")
-        return super().init(params)
+        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero momentum like the param and zero accumulators (in `v_dtype`)."""

@@ -6,15 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
 from gradtx._core.lift import compute_dtype
-from gradtx._core.module import hyperparam, non_negative, static
+from gradtx._core.module import hyperparam, is_schedule, non_negative, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.stacked import StackedTransform, as_stacked
-from gradtx._layouts.step_counts import next_count
-from gradtx._paths.selectors import select
-from gradtx._transforms.clipping import _sum_of_squares
-from gradtx._transforms.scale import _is_schedule
-from gradtx._transforms.weight_decay import _optional_selector
+from gradtx._transforms.scale import scheduled_value
+from gradtx._transforms.weight_decay import SelectsByMask, _optional_selector
+from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["scale_by_trust_ratio"]
 
@@ -24,7 +22,7 @@ def norm_of(x: Any, dtype: Any) -> Any:
     return jnp.sqrt(_sum_of_squares(x).astype(dtype))
 
 
-class ScaleByTrustRatio(StackedTransform):
+class ScaleByTrustRatio(SelectsByMask, StackedTransform):
     """`u = g * c * ||param|| / (||g|| + eps)` per leaf (see `scale_by_trust_ratio`)."""
 
     name: ClassVar[str] = "scale_by_trust_ratio"
@@ -35,18 +33,10 @@ class ScaleByTrustRatio(StackedTransform):
     mask: Any = static(None, converter=_optional_selector)
     stacked: Any = static((), converter=as_stacked)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """No state; a `mask` or `stacked` selector that matches nothing fails here."""
-        if self.mask is not None:
-            select(params, self.mask, argument="scale_by_trust_ratio(mask=...)")
-        return super().init(params)
-
-    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
-        """The paths the mask selects (all of them without a mask)."""
-        if self.mask is None:
-            return None
-        tree = updates if params is None else params
-        return set(select(tree, self.mask, strict=False, argument="mask"))
+        self.check_mask(params)
+        return super().init_state(params)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """Scale one array by its trust ratio (1 where either clamped norm is zero)."""
@@ -110,7 +100,7 @@ def scale_by_trust_ratio(
     return ScaleByTrustRatio(min_norm, trust_coefficient, eps, mask, stacked)
 
 
-class FromageStep(ElementwiseTransform):
+class FromageStep(PerArrayTransform):
     """`u = -(lr g + (1 - sqrt(1 + lr^2)) param) / sqrt(1 + lr^2)`, lr a number or schedule."""
 
     name: ClassVar[str] = "fromage_step"
@@ -119,7 +109,7 @@ class FromageStep(ElementwiseTransform):
 
     def state_keys(self) -> tuple[str, ...]:
         """`schedule_count` when the learning rate is a schedule, else nothing."""
-        return ("schedule_count",) if _is_schedule(self.learning_rate) else ()
+        return ("schedule_count",) if is_schedule(self.learning_rate) else ()
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero step count when the learning rate is a schedule."""
@@ -128,13 +118,7 @@ class FromageStep(ElementwiseTransform):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """The Fromage step relative to the parameter, shrunk by `1 / sqrt(1 + lr^2)`."""
         dtype = compute_dtype(g, param)
-        changed = {}
-        if self.state_keys():
-            count = next_count(slots["schedule_count"])  # then the schedule's step, below
-            lr = hyperparam_at(self.learning_rate, count - 1)
-            changed = {"schedule_count": count}
-        else:
-            lr = self.learning_rate
+        lr, changed = scheduled_value(self.learning_rate, slots)
         lr = lr.astype(dtype)
         root = jnp.sqrt(1 + lr * lr)
         # 1 / root - 1 without cancellation (it is about -lr^2 / 2 for small lr)

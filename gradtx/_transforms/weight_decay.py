@@ -6,9 +6,9 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import hyperparam, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.protocol import Transformation
 from gradtx._paths.selectors import as_selector, select
 
@@ -19,19 +19,17 @@ def _optional_selector(mask: Any, name: str = "mask") -> Any:
     return None if mask is None else as_selector(mask, name)
 
 
-class AddDecayedWeights(ElementwiseTransform):
-    """`u = g + weight_decay * param` on the selected paths (see `add_decayed_weights`)."""
+class SelectsByMask:
+    """A per-array transformation acting on the paths its `mask` selects (all without one)."""
 
-    name: ClassVar[str] = "add_decayed_weights"
-    needs_params: ClassVar[bool] = True
-    weight_decay: Any = hyperparam(0.0)
-    mask: Any = static(None, converter=_optional_selector)
+    __slots__ = ()
+    name: ClassVar[str]
+    mask: Any  # each class's own static field, converted by `_optional_selector`
 
-    def init(self, params: Any) -> dict:
-        """No state; a `mask` that matches nothing fails here (it is almost always a typo)."""
+    def check_mask(self, params: Any) -> None:
+        """Raise when the `mask` matches no path of `params` (it is almost always a typo)."""
         if self.mask is not None:
-            select(params, self.mask, argument="add_decayed_weights(mask=...)")
-        return {}
+            select(params, self.mask, argument=f"{self.name}(mask=...)")
 
     def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
         """The paths the mask selects among those present (all of them without a mask)."""
@@ -39,6 +37,20 @@ class AddDecayedWeights(ElementwiseTransform):
             return None
         tree = updates if params is None else params
         return set(select(tree, self.mask, strict=False, argument="mask"))
+
+
+class AddDecayedWeights(SelectsByMask, PerArrayTransform):
+    """`u = g + weight_decay * param` on the selected paths (see `add_decayed_weights`)."""
+
+    name: ClassVar[str] = "add_decayed_weights"
+    needs_params: ClassVar[bool] = True
+    weight_decay: Any = hyperparam(0.0)
+    mask: Any = static(None, converter=_optional_selector)
+
+    def init_state(self, params: Any) -> dict:
+        """No state; a `mask` that matches nothing fails here."""
+        self.check_mask(params)
+        return {}
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = g + weight_decay * param`."""
@@ -88,13 +100,13 @@ def add_decayed_weights(weight_decay: float = 0.0, mask: Any = None) -> AddDecay
     return AddDecayedWeights(weight_decay, mask)
 
 
-def _is_literal_zero(value: Any) -> bool:
+def is_literal_zero(value: Any) -> bool:
     """A plain Python zero (not an array, which may be traced or swept)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
 def decay_unless_zero(weight_decay: Any, mask: Any) -> list[Transformation]:
     """`[add_decayed_weights(...)]`, or nothing for a literal zero decay without a mask."""
-    if _is_literal_zero(weight_decay) and mask is None:
+    if is_literal_zero(weight_decay) and mask is None:
         return []
     return [add_decayed_weights(weight_decay, mask)]

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
@@ -18,7 +18,7 @@ from gradtx.contrib._reductions import bias_correction
 __all__ = ["acprop", "scale_by_acprop"]
 
 
-class ScaleByAcprop(ElementwiseTransform):
+class ScaleByAcprop(PerArrayTransform):
     """ACProp's rescaling (see `scale_by_acprop`)."""
 
     name: ClassVar[str] = "scale_by_acprop"

@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform, Float16Check
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
@@ -28,7 +28,7 @@ def _static_fn(value: Any, name: str) -> Any:
     return value
 
 
-class ScaleByAdopt(ElementwiseTransform):
+class ScaleByAdopt(PerArrayTransform):
     """ADOPT's normalise-then-average rescaling (see `scale_by_adopt`)."""
 
     name: ClassVar[str] = "scale_by_adopt"

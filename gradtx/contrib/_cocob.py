@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam, non_negative
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import copy_of
@@ -17,7 +17,7 @@ from gradtx.contrib._reductions import copy_of
 __all__ = ["cocob", "scale_by_cocob"]
 
 
-class ScaleByCocob(ElementwiseTransform):
+class ScaleByCocob(PerArrayTransform):
     """COCOB-Backprop's betting step (see `scale_by_cocob`)."""
 
     name: ClassVar[str] = "scale_by_cocob"

@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._core.boundary import declared
+from gradtx._core.call_checks import declared
+from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._layouts.complex import is_complex, real_dtype
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
 
@@ -64,6 +66,7 @@ def _merged(split: Any, like: Any) -> Any:
             if re is None or im is None:
                 out.append(None)
                 continue
+            assert x is not None  # a `None` update was split into `None` parts, handled above
             part = real_dtype(x.dtype)
             out.append(lax.complex(re.astype(part), im.astype(part)))
         else:
@@ -81,11 +84,11 @@ class SplitRealAndImaginary(Transformation):
         """The inner transformation's state, under `inner`."""
         return ("inner",)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The inner state for the params with each complex leaf split in two."""
-        return {"inner": self.inner.init(_split(params))}
+        return {"inner": self.inner.init_state(_split(params))}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The inner update on the split gradients and params, the pairs made complex again."""
         check_state_keys(self.name, state, self.state_keys())
         split_params = _split(params)
@@ -94,7 +97,7 @@ class SplitRealAndImaginary(Transformation):
         # state stays as it is, as for a declared partial update.
         absent = params is None and any(x is None for x in flatten(updates)[1])
         with declared(absent):
-            new, inner = self.inner.update(split_updates, state["inner"], split_params, **extra)
+            new, inner = self.inner.step(split_updates, state["inner"], split_params, **extra)
         return _merged(new, updates), {"inner": inner}
 
     def eval_params(self, state: dict, params: Any) -> Any:

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import (
-    ElementwiseTransform,
-    Float16Check,
-    hyperparam_at,
-    warn_float16_statistics,
-)
-from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._core.per_array import Float16Check, PerArrayTransform, hyperparam_at
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
+from gradtx._tree.reductions import global_sum
 from gradtx.contrib._reductions import (
     adam_direction_updates,
     bias_correction,
     flat_dot,
-    global_sum,
     scalar_copy,
 )
 
-__all__ = ["dadapt_adamw", "needs_params_error"]
+__all__ = ["MOMENT_SLOTS", "DistanceEstimatingAdamW", "dadapt_adamw", "needs_params_error"]
 
-_PER_PATH = ("exp_avg", "exp_avg_sq", "grad_sum")
+MOMENT_SLOTS = ("exp_avg", "exp_avg_sq", "grad_sum")
 
 
 def needs_params_error(owner: str) -> ValueError:
@@ -38,11 +33,111 @@ def _l1(array: Any) -> Any:
     return jnp.sum(jnp.abs(array))
 
 
-class DAdaptAdamW(ElementwiseTransform):
+class DistanceEstimatingAdamW(PerArrayTransform):
+    """AdamW whose step size `d` is a global estimate of the distance to the solution.
+
+    D-Adaptation and Prodigy share this step: per path the moments `exp_avg`, `exp_avg_sq`
+    and a weighted gradient sum `grad_sum` (`s`); over all paths an inner product `r`; then
+    `d = max(d, r / |s|_1)`, kept while `|s|_1` is 0, and the AdamW step. Subclasses define:
+
+        leaf_moments(g, slots, param, d, dlr, b3) -> ((a, b), new moments): one array's
+            math, with `(a, b)` the pair whose inner product `r` sums
+        estimate(r, dot, l1, d, dlr, b3) -> (new r, estimate of d)
+        adam_step(dlr, new_d) -> (step size, epsilon) of the AdamW step
+    """
+
+    needs_params: ClassVar[bool] = True
+    float16_check: ClassVar[Float16Check] = Float16Check(("exp_avg_sq",), "the second moment", None)
+    # Per-path slots beyond the moments (Prodigy's copy of the params).
+    extra_slots: ClassVar[tuple[str, ...]] = ()
+
+    if TYPE_CHECKING:  # each subclass's own fields (here they would come first) and math
+        learning_rate: ClassVar[Any]
+        b1: ClassVar[Any]
+        b2: ClassVar[Any]
+        estim_lr0: ClassVar[Any]
+        weight_decay: ClassVar[Any]
+
+        def leaf_moments(
+            self, g: Any, slots: dict, param: Any, d: Any, dlr: Any, b3: Any
+        ) -> tuple[tuple[Any, Any], dict]: ...
+        def estimate(
+            self, numerator: Any, dot: Any, l1: Any, d: Any, dlr: Any, b3: Any
+        ) -> tuple: ...
+        def adam_step(self, dlr: Any, d: Any) -> tuple[Any, Any]: ...
+
+    def state_keys(self) -> tuple[str, ...]:
+        """Per-path moments and weighted gradient sum; the global estimate and step."""
+        return (*self.slot_keys(), "estim_lr", "numerator_weighted", "count")
+
+    def slot_keys(self) -> tuple[str, ...]:
+        """The per-path slots: the moments, and `extra_slots`."""
+        return (*MOMENT_SLOTS, *self.extra_slots)
+
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """Zero moments and gradient sum in the parameter's dtype."""
+        return {name: zeros_for(param) for name in MOMENT_SLOTS}
+
+    def init_state(self, params: Any) -> dict:
+        """The per-path slots and the global scalars (float32 and int32)."""
+        state = super().init_state(params)
+        state["estim_lr"] = scalar_copy(self.estim_lr0)
+        state["numerator_weighted"] = jnp.zeros((), jnp.float32)
+        state["count"] = jnp.zeros((), jnp.int32)
+        return state
+
+    def sum_decay(self) -> Any:
+        """The decay of `s` and `r`: the square root of `b2`."""
+        return jnp.sqrt(self.b2)
+
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """One step: moments, then the new estimate, then the AdamW step."""
+        self.check_state(state)
+        if params is None:
+            raise needs_params_error(self.name)
+        count = next_count(state["count"])
+        t = count.astype(jnp.float32)
+        d = state["estim_lr"]
+        lr = hyperparam_at(self.learning_rate, state["count"])
+        dlr = d * lr * jnp.sqrt(bias_correction(self.b2, t)) / bias_correction(self.b1, t)
+        b3 = self.sum_decay()
+        inner: list = []
+
+        def moments(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
+            pair, new = self.leaf_moments(g, slots, param, d, dlr, b3)
+            inner.append(pair)
+            return g, {k: as_stored(x, slots[k]) for k, x in new.items()}
+
+        slots = {k: state[k] for k in self.slot_keys()}
+        _, slots = update_slots(moments, updates, slots, params, owner=self.name, needs_params=True)
+        l1 = global_sum(slots["grad_sum"].values(), _l1)
+        numerator, estimate = self.estimate(
+            state["numerator_weighted"], flat_dot(inner), l1, d, dlr, b3
+        )
+        # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
+        new_d = jnp.where(l1 > 0, jnp.maximum(d, estimate), d)
+        step_size, eps = self.adam_step(dlr, new_d)
+        new_updates = adam_direction_updates(
+            updates,
+            slots,
+            params,
+            owner=self.name,
+            step_size=step_size,
+            eps=eps,
+            decay=self.weight_decay * dlr,
+        )
+        return new_updates, {
+            **slots,
+            "estim_lr": new_d,
+            "numerator_weighted": numerator,
+            "count": count,
+        }
+
+
+class DAdaptAdamW(DistanceEstimatingAdamW):
     """AdamW whose step size is estimated by D-Adaptation (see `dadapt_adamw`)."""
 
     name: ClassVar[str] = "dadapt_adamw"
-    needs_params: ClassVar[bool] = True
     learning_rate: Any = hyperparam(1.0)
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
@@ -50,75 +145,30 @@ class DAdaptAdamW(ElementwiseTransform):
     estim_lr0: Any = hyperparam(1e-6)
     weight_decay: Any = hyperparam(0.0)
 
-    float16_check: ClassVar[Float16Check] = Float16Check(("exp_avg_sq",), "the second moment", None)
-
-    def state_keys(self) -> tuple[str, ...]:
-        """Per-path moments and weighted gradient sum; the global estimate and step."""
-        return (*_PER_PATH, "estim_lr", "numerator_weighted", "count")
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """Zero moments and gradient sum in the parameter's dtype."""
-        return {name: zeros_for(param) for name in _PER_PATH}
-
-    def init(self, params: Any) -> dict:
-        """The per-path slots and the global scalars (float32 and int32)."""
-        warn_float16_statistics(self, params)
-        state = init_slots(params, self.init_leaf, _PER_PATH)
-        state["estim_lr"] = scalar_copy(self.estim_lr0)
-        state["numerator_weighted"] = jnp.zeros((), jnp.float32)
-        state["count"] = jnp.zeros((), jnp.int32)
-        return state
-
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """One D-Adapt AdamW step: moments, then the new estimate, then the step."""
-        self.check_state(state)
-        if params is None:
-            raise needs_params_error(self.name)
-        count = next_count(state["count"])
-        t = count.astype(jnp.float32)
-        b1, b2 = self.b1, self.b2
-        sb2 = jnp.sqrt(b2)
-        lr = hyperparam_at(self.learning_rate, state["count"])
-        dlr = state["estim_lr"] * lr * jnp.sqrt(bias_correction(b2, t)) / bias_correction(b1, t)
-        inner: list = []
-
-        def moments(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, *slots.values())
-            grad = g.astype(dtype)
-            m, v, s = (slots[k].astype(dtype) for k in _PER_PATH)
-            db1, db2, dsb2 = b1.astype(dtype), b2.astype(dtype), sb2.astype(dtype)
-            d, eps = dlr.astype(dtype), self.eps.astype(dtype)
-            inner.append((grad, s / (jnp.sqrt(v) + eps)))
-            new = {
-                "exp_avg": db1 * m + (1 - db1) * d * grad,
-                "exp_avg_sq": db2 * v + (1 - db2) * (grad * grad),
-                "grad_sum": dsb2 * s + (1 - dsb2) * d * grad,
-            }
-            return g, {k: as_stored(x, slots[k]) for k, x in new.items()}
-
-        slots = {k: state[k] for k in _PER_PATH}
-        _, slots = update_slots(moments, updates, slots, params, owner=self.name, needs_params=True)
-        numerator = sb2 * state["numerator_weighted"] + (1 - sb2) * dlr * flat_dot(inner)
-        l1 = global_sum(slots["grad_sum"].values(), _l1)
-        estimate = numerator / ((1 - sb2) * l1)
-        # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
-        estim_lr = jnp.where(l1 > 0, jnp.maximum(state["estim_lr"], estimate), state["estim_lr"])
-
-        new_updates = adam_direction_updates(
-            updates,
-            slots,
-            params,
-            owner=self.name,
-            step_size=jnp.ones((), jnp.float32),
-            eps=self.eps,
-            decay=self.weight_decay * dlr,
-        )
-        return new_updates, {
-            **slots,
-            "estim_lr": estim_lr,
-            "numerator_weighted": numerator,
-            "count": count,
+    def leaf_moments(
+        self, g: Any, slots: dict, param: Any, d: Any, dlr: Any, b3: Any
+    ) -> tuple[tuple[Any, Any], dict]:
+        """`<g, s / (sqrt(v) + eps)>` with the old moments; moments weighted by `dlr`."""
+        dtype = compute_dtype(g, *slots.values())
+        grad = g.astype(dtype)
+        m, v, s = (slots[k].astype(dtype) for k in MOMENT_SLOTS)
+        db1, db2, dsb2 = self.b1.astype(dtype), self.b2.astype(dtype), b3.astype(dtype)
+        lam, eps = dlr.astype(dtype), self.eps.astype(dtype)
+        new = {
+            "exp_avg": db1 * m + (1 - db1) * lam * grad,
+            "exp_avg_sq": db2 * v + (1 - db2) * (grad * grad),
+            "grad_sum": dsb2 * s + (1 - dsb2) * lam * grad,
         }
+        return (grad, s / (jnp.sqrt(v) + eps)), new
+
+    def estimate(self, numerator: Any, dot: Any, l1: Any, d: Any, dlr: Any, b3: Any) -> tuple:
+        """`r = sb2 r + (1 - sb2) dlr dot` and `r / ((1 - sb2) |s|_1)`."""
+        numerator = b3 * numerator + (1 - b3) * dlr * dot
+        return numerator, numerator / ((1 - b3) * l1)
+
+    def adam_step(self, dlr: Any, d: Any) -> tuple[Any, Any]:
+        """The moments carry `dlr` already: step size 1, the plain epsilon."""
+        return jnp.ones((), jnp.float32), self.eps
 
 
 def dadapt_adamw(

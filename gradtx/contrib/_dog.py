@@ -8,15 +8,16 @@ import jax.numpy as jnp
 from jax import lax
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, init_slots, map_updates
 from gradtx._core.module import hyperparam, non_negative, static
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.protocol import Transformation
 from gradtx._transforms.distance_over_gradients import dog_step_size, initial_distance
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule, _scaled, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
+from gradtx._tree.reductions import global_sum as tree_sum
 from gradtx.contrib._dadapt import needs_params_error
-from gradtx.contrib._reductions import copy_of, paired_arrays, scalar_copy, tree_sum
+from gradtx.contrib._reductions import copy_of, paired_arrays, scalar_copy
 
 __all__ = ["dog", "dowg", "scale_by_dog", "scale_by_dowg"]
 
@@ -36,13 +37,6 @@ def _init_kind(value: Any, name: str) -> str:
     return value
 
 
-def _scaled(factor: Any) -> Any:
-    def fn(g: Any, _: Any) -> Any:
-        return (g.astype(compute_dtype(g)) * factor.astype(compute_dtype(g))).astype(g.dtype)
-
-    return fn
-
-
 def _sq_distance(params: Any, start: dict) -> Any:
     """`||params - start||^2` over every path of the params, in float32."""
     total = jnp.zeros((), jnp.float32)
@@ -52,7 +46,7 @@ def _sq_distance(params: Any, start: dict) -> Any:
     return total
 
 
-class ScaleByDog(ElementwiseTransform):
+class ScaleByDog(PerArrayTransform):
     """Scale by the DoG step size (see `scale_by_dog`)."""
 
     name: ClassVar[str] = "scale_by_dog"
@@ -65,20 +59,22 @@ class ScaleByDog(ElementwiseTransform):
         """The starting point per path; the global flag, distance and gradient sum."""
         return ("init_params", "is_init_step", "max_dist", "sum_sq_norm_grads")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """A copy of the params and the global scalars.
 
         `init` needs the real params (it copies them); `jax.ShapeDtypeStruct` leaves give
         zeros, to restore a checkpoint into.
         """
-        state = init_slots(params, lambda p: {"init_params": copy_of(p)}, ("init_params",))
+        state: dict[str, Any] = init_slots(
+            params, lambda p: {"init_params": copy_of(p)}, ("init_params",)
+        )
         start = self.init_step_value if self.init_step_kind == "distance" else 0.0
         state["is_init_step"] = jnp.asarray(True)
         state["max_dist"] = scalar_copy(start)
         state["sum_sq_norm_grads"] = jnp.zeros((), jnp.float32)
         return state
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Multiply every present update by `max_dist / sqrt(sum_sq_norm_grads + eps)`."""
         self.check_state(state)
         if params is None:
@@ -99,7 +95,7 @@ class ScaleByDog(ElementwiseTransform):
         step = dog_step_size(max_dist, total, self.eps)
         if self.init_step_kind == "learning_rate":
             step = jnp.where(first, self.init_step_value, step)
-        new_updates = map_updates(_scaled(step), updates, owner=self.name)
+        new_updates = map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name)
         return new_updates, {
             **state,
             "is_init_step": jnp.asarray(False),
@@ -151,7 +147,7 @@ def scale_by_dog(
     return ScaleByDog(value, eps, kind)
 
 
-class ScaleByDowg(ElementwiseTransform):
+class ScaleByDowg(PerArrayTransform):
     """Scale by the DoWG step size (see `scale_by_dowg`)."""
 
     name: ClassVar[str] = "scale_by_dowg"
@@ -163,15 +159,17 @@ class ScaleByDowg(ElementwiseTransform):
         """The starting point per path; the global weighted gradient sum and distance."""
         return ("init_params", "estim_sq_dist", "weighted_sq_norm_grads")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """A copy of the params and the global scalars (`init` needs the real params)."""
-        state = init_slots(params, lambda p: {"init_params": copy_of(p)}, ("init_params",))
+        state: dict[str, Any] = init_slots(
+            params, lambda p: {"init_params": copy_of(p)}, ("init_params",)
+        )
         start = self.eps if self.init_estim_sq_dist is None else self.init_estim_sq_dist
         state["estim_sq_dist"] = scalar_copy(start)
         state["weighted_sq_norm_grads"] = jnp.zeros((), jnp.float32)
         return state
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Multiply every present update by `r^2 / (sqrt(weighted_sq_norm_grads) + eps)`."""
         self.check_state(state)
         if params is None:
@@ -179,7 +177,7 @@ class ScaleByDowg(ElementwiseTransform):
         r2 = jnp.maximum(state["estim_sq_dist"], _sq_distance(params, state["init_params"]))
         weighted = state["weighted_sq_norm_grads"] + r2 * tree_sum(updates, _square)
         step = r2 / (jnp.sqrt(weighted) + self.eps)
-        new_updates = map_updates(_scaled(step), updates, owner=self.name)
+        new_updates = map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name)
         return new_updates, {**state, "estim_sq_dist": r2, "weighted_sq_norm_grads": weighted}
 
 

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import compute_dtype, init_slots, update_slots
+from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, positive, static
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.momentum import trace
@@ -41,7 +41,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
         """The statistic `num_clipped` (none without statistics) and each path's `rng_key`."""
         return ("num_clipped", "rng_key") if self.keep_statistics else ("rng_key",)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """`num_clipped` 0 and the key `fold_in(key, crc32(path))` for every path."""
         reject_packed(params, self.name, _PER_PATH)
         seed = jnp.asarray(self.key, jnp.uint32)
@@ -51,7 +51,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
             return state
         return statistics(num_clipped=jnp.zeros((), jnp.int32), **state)
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The noisy mean over the leading batch axis of the clipped per-example gradients."""
         check_state_keys(self.name, state, self.state_keys())
         _, leaves, treedef, present = _per_example_leaves(updates, self.name)

@@ -12,20 +12,15 @@ import numpy as np
 from jax import lax
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import compute_dtype, init_slots, zeros_for
+from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, static
-from gradtx._core.protocol import (
-    Transformation,
-    as_transformation,
-    check_state_keys,
-    merge_descriptions,
-    own_hyperparams,
-)
-from gradtx._core.update_layout import whole
+from gradtx._core.protocol import Transformation, merge_descriptions, own_hyperparams
+from gradtx._core.update_sharding import whole
 from gradtx._core.widening import promoted
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import StepCounts
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import present_paths
@@ -87,7 +82,7 @@ def _as_matrix(x: Any, transpose: tuple[int, ...], size: tuple[int, int]) -> Any
 
 def _from_matrix(y: Any, transpose: tuple[int, ...], shape: tuple[int, ...]) -> Any:
     moved = tuple(shape[a] for a in transpose)
-    return jnp.transpose(y.reshape(moved), np.argsort(transpose))
+    return jnp.transpose(y.reshape(moved), tuple(np.argsort(transpose)))
 
 
 def _dimension_numbers(value: Any, name: str = "weight_dimension_numbers") -> Any:
@@ -170,7 +165,7 @@ class ScaleByGalore(Transformation):
         left = m >= n
         return left, ((m, r) if left else (n, r)), ((r, n) if left else (m, r))
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero projectors and counts for the projected paths; the inner state (low-rank)."""
         reject_packed(params, self.name, "projects each matrix on its own")
         layouts = self._layouts(params, strict=True)
@@ -193,7 +188,7 @@ class ScaleByGalore(Transformation):
         return {
             "count": counts,
             "projector": projector,
-            "base_optimizer": self.base_optimizer.init(treedef.unflatten(proxies)),
+            "base_optimizer": self.base_optimizer.init_state(treedef.unflatten(proxies)),
         }
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
@@ -242,7 +237,7 @@ class ScaleByGalore(Transformation):
         full = _from_matrix(full, transpose, tuple(np.shape(g))) * self.scale.astype(dtype)
         return full.astype(promoted(g.dtype, u.dtype, projector.dtype))
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Project, run the inner optimizer on the projections, project its updates back."""
         check_state_keys(self.name, state, self.state_keys())
         layouts = self._layouts(updates if params is None else params, strict=False)
@@ -263,7 +258,7 @@ class ScaleByGalore(Transformation):
             )
             low.append(projected)
             moved.add(path)
-        inner_updates, inner = self.base_optimizer.update(
+        inner_updates, inner = self.base_optimizer.step(
             treedef.unflatten(low), state["base_optimizer"], None
         )
         inner_leaves = treedef.flatten_up_to(inner_updates)

@@ -7,13 +7,9 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.chain import optimizer
-from gradtx._core.elementwise import (
-    ElementwiseTransform,
-    Float16Check,
-    hyperparam_at,
-)
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
+from gradtx._core.per_array import Float16Check, PerArrayTransform, hyperparam_at
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
@@ -22,7 +18,7 @@ from gradtx.contrib._reductions import copy_of
 __all__ = ["madgrad", "scale_by_madgrad"]
 
 
-class ScaleByMadgrad(ElementwiseTransform):
+class ScaleByMadgrad(PerArrayTransform):
     """MADGRAD's step (see `scale_by_madgrad`)."""
 
     name: ClassVar[str] = "scale_by_madgrad"
@@ -142,7 +138,5 @@ def madgrad(
         Averaged Gradient Method for Stochastic Optimization", JMLR 2022.
     """
     return optimizer(
-        "madgrad",
-        add_decayed_weights(weight_decay),
-        scale_by_madgrad(learning_rate, momentum, eps),
+        "madgrad", add_decayed_weights(weight_decay), scale_by_madgrad(learning_rate, momentum, eps)
     )

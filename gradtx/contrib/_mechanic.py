@@ -7,15 +7,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.lift import compute_dtype, init_slots, update_slots
+from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, static
-from gradtx._core.protocol import (
-    Transformation,
-    as_transformation,
-    check_state_keys,
-    own_hyperparams,
-)
+from gradtx._core.protocol import Transformation, own_hyperparams
 from gradtx._layouts.step_counts import next_count
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of, flat_dot
@@ -55,12 +51,12 @@ class Mechanize(Transformation):
         base = self.base_optimizer.describe(params, step)
         return {path: [*base.get(path, []), entry] for path in present_paths(params)}
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The base state, a copy of the params, and zero sums with the scales at `s_init`."""
         x0 = init_slots(params, lambda p: {"x0": copy_of(p)}, ("x0",))["x0"]
         n = self.num_betas
         return {
-            "base_optimizer": self.base_optimizer.init(params),
+            "base_optimizer": self.base_optimizer.init_state(params),
             "x0": x0,
             "count": jnp.zeros((), jnp.int32),
             "r": jnp.zeros((n,), jnp.float32),
@@ -69,12 +65,12 @@ class Mechanize(Transformation):
             "s": jnp.full((n,), self.s_init, jnp.float32),
         }
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The base step, then the new scales, then the move to `x0 - sum(s) * delta`."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
             raise needs_params_error(self.name)
-        base_updates, base_state = self.base_optimizer.update(
+        base_updates, base_state = self.base_optimizer.step(
             updates, state["base_optimizer"], params, **extra
         )
         count, eps = state["count"], self.eps

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform, hyperparam_at
-from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
+from gradtx._core.per_array import PerArrayTransform, hyperparam_at
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._dadapt import needs_params_error
@@ -20,16 +20,6 @@ __all__ = ["momo", "momo_adam"]
 _GLOBAL = ("barf", "gamma", "lb", "count")
 # Below this squared norm of the momentum the step is zero: float64's machine epsilon.
 _TINY = float(jnp.finfo(jnp.float64).eps)
-
-
-def _arguments(tx: Any, state: dict, params: Any, extra: dict) -> Any:
-    tx.check_state(state)
-    if params is None:
-        raise needs_params_error(tx.name)
-    value = extra.get("value")
-    if value is None:
-        raise missing_value_error(tx.name)
-    return jnp.asarray(value, jnp.float32)
 
 
 def _step_size(
@@ -51,73 +41,93 @@ def _step_size(
     return tau, new_lb
 
 
-def _init_globals(tx: Any, state: dict) -> dict:
-    state["barf"] = jnp.zeros((), jnp.float32)
-    state["gamma"] = jnp.zeros((), jnp.float32)
-    state["lb"] = scalar_copy(tx.lower_bound)
-    state["count"] = jnp.zeros((), jnp.int32)
-    return state
+class MomoStep(PerArrayTransform):
+    """The step `momo` and `momo_adam` share: averages, then the capped model step.
 
+    Over all present paths it averages the loss, `<g, x>` and the moments, and moves each
+    path along its direction by the step size of the model of the loss. Subclasses define
+    `slot_keys()` (the per-path moments, `exp_avg` first) and:
 
-class Momo(ElementwiseTransform):
-    """MoMo: SGD with momentum and an adaptive step size (see `momo`)."""
+        decays(count) -> (beta, bc1, bc2): the decay of the averages and the bias
+            corrections of the first and second moments (`bc2` unused by `momo`)
+        moments(grad, slots, beta, dtype) -> the new moments of one array, as stored
+        direction(moments, dtype, bc2) -> the direction `d` of one array
+    """
 
-    name: ClassVar[str] = "momo"
     needs_params: ClassVar[bool] = True
-    learning_rate: Any = hyperparam(1.0, required=True)
-    beta: Any = hyperparam(0.9, check=decay_rate)
-    lower_bound: Any = hyperparam(0.0)
-    weight_decay: Any = hyperparam(0.0, check=non_negative)
-    adapt_lower_bound: bool = static(False)
+
+    if TYPE_CHECKING:  # each subclass's own fields (here they would come first) and math
+        learning_rate: ClassVar[Any]
+        lower_bound: ClassVar[Any]
+        weight_decay: ClassVar[Any]
+
+        def decays(self, count: Any) -> tuple[Any, Any, Any]: ...
+        def direction(self, moments: dict, dtype: Any, bc2: Any) -> Any: ...
 
     def state_keys(self) -> tuple[str, ...]:
-        """The momentum per path; the loss average, `gamma`, the lower bound and the step."""
-        return ("exp_avg", *_GLOBAL)
+        """The moments per path; the loss average, `gamma`, the lower bound and the step."""
+        return (*self.slot_keys(), *_GLOBAL)
 
-    def init(self, params: Any) -> dict:
-        """Zero momentum per path, and the global scalars."""
-        state = init_slots(params, lambda p: {"exp_avg": zeros_for(p)}, ("exp_avg",))
-        return _init_globals(self, state)
+    def init_leaf(self, param: Any) -> dict[str, Any]:
+        """Zero moments."""
+        return {name: zeros_for(param) for name in self.slot_keys()}
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """Average the loss, the gradients and `<g, x>`; take the capped model step."""
-        value = _arguments(self, state, params, extra)
+    def init_state(self, params: Any) -> dict:
+        """Zero moments per path, and the global scalars."""
+        state = super().init_state(params)
+        state["barf"] = jnp.zeros((), jnp.float32)
+        state["gamma"] = jnp.zeros((), jnp.float32)
+        state["lb"] = scalar_copy(self.lower_bound)
+        state["count"] = jnp.zeros((), jnp.int32)
+        return state
+
+    def moments(self, grad: Any, slots: dict, beta: Any, dtype: Any) -> dict:
+        """The momentum `exp_avg` of one array, as stored."""
+        b, m = beta.astype(dtype), slots["exp_avg"]
+        return {"exp_avg": as_stored(b * m.astype(dtype) + (1 - b) * grad, m)}
+
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+        """Average the loss, the moments and `<g, x>`; take the capped model step."""
+        self.check_state(state)
+        if params is None:
+            raise needs_params_error(self.name)
+        value = extra.get("value")
+        if value is None:
+            raise missing_value_error(self.name)
         count = state["count"]
-        # The first step starts the averages at their first values.
-        beta = jnp.where(count == 0, jnp.float32(0), self.beta)
-        grads_x, moments_x, moments = [], [], []
+        beta, bc1, bc2 = self.decays(count)
+        grads_x, moments_x, norms = [], [], []
 
         def average(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, slots["exp_avg"])
+            dtype = compute_dtype(g, param, *slots.values())
             grad, x = g.astype(dtype), param.astype(dtype)
-            b = beta.astype(dtype)
-            d = as_stored(b * slots["exp_avg"].astype(dtype) + (1 - b) * grad, slots["exp_avg"])
+            new = self.moments(grad, slots, beta, dtype)
+            d = new["exp_avg"]
             grads_x.append((grad, x))
             moments_x.append((d, x))
-            moments.append((d, d))
-            return g, {"exp_avg": d}
+            norms.append((d, self.direction(new, dtype, bc2)))
+            return g, new
 
-        slots = {"exp_avg": state["exp_avg"]}
+        slots = {k: state[k] for k in self.slot_keys()}
         _, slots = update_slots(average, updates, slots, params, owner=self.name, needs_params=True)
-        barf = beta * state["barf"] + (1 - beta) * value
+        barf = beta * state["barf"] + (1 - beta) * jnp.asarray(value, jnp.float32)
         gamma = beta * state["gamma"] + (1 - beta) * flat_dot(grads_x)
         alpha = hyperparam_at(self.learning_rate, count)
         rho = 1 + alpha * self.weight_decay
-        one = jnp.ones((), jnp.float32)
         tau, lb = _step_size(
-            self, alpha, rho, barf, gamma, flat_dot(moments_x), flat_dot(moments), state["lb"], one
+            self, alpha, rho, barf, gamma, flat_dot(moments_x), flat_dot(norms), state["lb"], bc1
         )
         shrink = alpha * self.weight_decay
 
-        def step(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, leaf["exp_avg"])
-            d, x = leaf["exp_avg"].astype(dtype), param.astype(dtype)
+        def move(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
+            dtype = compute_dtype(g, param, *leaf.values())
+            d = self.direction({k: v.astype(dtype) for k, v in leaf.items()}, dtype, bc2)
             # x_new = (x - tau d) / rho
-            u = -(shrink.astype(dtype) * x + tau.astype(dtype) * d) / rho.astype(dtype)
-            return u, {}
+            u = -(shrink.astype(dtype) * param.astype(dtype) + tau.astype(dtype) * d)
+            return u / rho.astype(dtype), {}
 
         new_updates, _ = update_slots(
-            step, updates, slots, params, owner=self.name, needs_params=True
+            move, updates, slots, params, owner=self.name, needs_params=True
         )
         return new_updates, {
             **slots,
@@ -126,6 +136,29 @@ class Momo(ElementwiseTransform):
             "lb": lb,
             "count": next_count(count),
         }
+
+
+class Momo(MomoStep):
+    """MoMo: SGD with momentum and an adaptive step size (see `momo`)."""
+
+    name: ClassVar[str] = "momo"
+    learning_rate: Any = hyperparam(1.0, required=True)
+    beta: Any = hyperparam(0.9, check=decay_rate)
+    lower_bound: Any = hyperparam(0.0)
+    weight_decay: Any = hyperparam(0.0, check=non_negative)
+    adapt_lower_bound: bool = static(False)
+
+    def slot_keys(self) -> tuple[str, ...]:
+        """The momentum `exp_avg` of each path."""
+        return ("exp_avg",)
+
+    def decays(self, count: Any) -> tuple[Any, Any, Any]:
+        """`beta`, 0 at the first step (which starts the averages); no bias corrections."""
+        return jnp.where(count == 0, jnp.float32(0), self.beta), jnp.ones((), jnp.float32), None
+
+    def direction(self, moments: dict, dtype: Any, bc2: Any) -> Any:
+        """The momentum itself."""
+        return moments["exp_avg"]
 
 
 def momo(
@@ -191,11 +224,10 @@ def momo(
     return Momo(learning_rate, beta, lower_bound, weight_decay, adapt_lower_bound)
 
 
-class MomoAdam(ElementwiseTransform):
+class MomoAdam(MomoStep):
     """MoMo-Adam: Adam with an adaptive step size (see `momo_adam`)."""
 
     name: ClassVar[str] = "momo_adam"
-    needs_params: ClassVar[bool] = True
     learning_rate: Any = hyperparam(1e-2, required=True)
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
@@ -204,71 +236,25 @@ class MomoAdam(ElementwiseTransform):
     weight_decay: Any = hyperparam(0.0, check=non_negative)
     adapt_lower_bound: bool = static(False)
 
-    def state_keys(self) -> tuple[str, ...]:
-        """Adam's moments per path; the loss average, `gamma`, the lower bound and the step."""
-        return ("exp_avg", "exp_avg_sq", *_GLOBAL)
+    def slot_keys(self) -> tuple[str, ...]:
+        """Adam's moments `exp_avg` and `exp_avg_sq` of each path."""
+        return ("exp_avg", "exp_avg_sq")
 
-    def init(self, params: Any) -> dict:
-        """Zero moments per path, and the global scalars."""
-
-        def leaf_init(p: Any) -> dict[str, Any]:
-            return {"exp_avg": zeros_for(p), "exp_avg_sq": zeros_for(p)}
-
-        state = init_slots(params, leaf_init, ("exp_avg", "exp_avg_sq"))
-        return _init_globals(self, state)
-
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """Adam's moments, the averaged loss and `<g, x>`; the capped preconditioned step."""
-        value = _arguments(self, state, params, extra)
-        count = state["count"]
+    def decays(self, count: Any) -> tuple[Any, Any, Any]:
+        """`b1`, and the bias corrections of both moments at step `count + 1`."""
         t = (count + 1).astype(jnp.float32)
-        b1, b2 = self.b1, self.b2
-        bc1, bc2 = bias_correction(b1, t), bias_correction(b2, t)
-        grads_x, moments_x, weighted = [], [], []
+        return self.b1, bias_correction(self.b1, t), bias_correction(self.b2, t)
 
-        def precondition(v: Any, dtype: Any) -> Any:
-            return self.eps.astype(dtype) + jnp.sqrt(v / bc2.astype(dtype))
+    def moments(self, grad: Any, slots: dict, beta: Any, dtype: Any) -> dict:
+        """The momentum and the second moment of one array, as stored."""
+        b2, v = self.b2.astype(dtype), slots["exp_avg_sq"]
+        nu = as_stored(b2 * v.astype(dtype) + (1 - b2) * grad * grad, v)
+        return {**super().moments(grad, slots, beta, dtype), "exp_avg_sq": nu}
 
-        def average(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, slots["exp_avg"], slots["exp_avg_sq"])
-            grad, x = g.astype(dtype), param.astype(dtype)
-            db1, db2 = b1.astype(dtype), b2.astype(dtype)
-            m, v = slots["exp_avg"], slots["exp_avg_sq"]
-            d = as_stored(db1 * m.astype(dtype) + (1 - db1) * grad, m)
-            v = as_stored(db2 * v.astype(dtype) + (1 - db2) * grad * grad, v)
-            grads_x.append((grad, x))
-            moments_x.append((d, x))
-            weighted.append((d, d / precondition(v, dtype)))
-            return g, {"exp_avg": d, "exp_avg_sq": v}
-
-        slots = {"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}
-        _, slots = update_slots(average, updates, slots, params, owner=self.name, needs_params=True)
-        barf = b1 * state["barf"] + (1 - b1) * value
-        gamma = b1 * state["gamma"] + (1 - b1) * flat_dot(grads_x)
-        alpha = hyperparam_at(self.learning_rate, count)
-        rho = 1 + alpha * self.weight_decay
-        tau, lb = _step_size(
-            self, alpha, rho, barf, gamma, flat_dot(moments_x), flat_dot(weighted), state["lb"], bc1
-        )
-        shrink = alpha * self.weight_decay
-
-        def step(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, leaf["exp_avg"], leaf["exp_avg_sq"])
-            d, x = leaf["exp_avg"].astype(dtype), param.astype(dtype)
-            direction = d / precondition(leaf["exp_avg_sq"].astype(dtype), dtype)
-            u = -(shrink.astype(dtype) * x + tau.astype(dtype) * direction) / rho.astype(dtype)
-            return u, {}
-
-        new_updates, _ = update_slots(
-            step, updates, slots, params, owner=self.name, needs_params=True
-        )
-        return new_updates, {
-            **slots,
-            "barf": barf,
-            "gamma": gamma,
-            "lb": lb,
-            "count": next_count(count),
-        }
+    def direction(self, moments: dict, dtype: Any, bc2: Any) -> Any:
+        """The momentum over `eps + sqrt(v / bc2)`."""
+        v = moments["exp_avg_sq"]
+        return moments["exp_avg"] / (self.eps.astype(dtype) + jnp.sqrt(v / bc2.astype(dtype)))
 
 
 def momo_adam(

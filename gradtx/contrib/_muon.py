@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
-from gradtx._core.elementwise import (
-    ElementwiseTransform,
-    Float16Check,
-    _traced_once,
-    hyperparam_at,
-    warn_float16_statistics,
-)
 from gradtx._core.lift import (
     as_stored,
     compute_dtype,
@@ -34,14 +29,24 @@ from gradtx._core.module import (
     non_negative,
     static,
 )
-from gradtx._core.update_layout import whole
+from gradtx._core.per_array import (
+    Float16Check,
+    PerArrayTransform,
+    _traced_once,
+    hyperparam_at,
+    warn_float16_statistics,
+)
+from gradtx._core.update_sharding import whole
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
+from gradtx._paths.subset import present_paths
 from gradtx._transforms.adam import ScaleByAdam
 from gradtx._transforms.scale import ScalarOrSchedule
+from gradtx._transforms.weight_decay import _optional_selector
+from gradtx.contrib._dadapt import needs_params_error
 
 __all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
 
@@ -60,10 +65,6 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 # A matrix's own axes: rows are the reduction (input) axis, columns the output axis.
 Axes = tuple[tuple[int, ...], tuple[int, ...]]
 MATRIX: Axes = ((0,), (1,))
-
-
-def _optional_selector(mask: Any, name: str) -> Any:
-    return None if mask is None else as_selector(mask, name)
 
 
 def _ns_coeffs(value: Any) -> Any:
@@ -88,7 +89,7 @@ def _coeff_leaves(value: Any, name: str = "ns_coeffs") -> Any:
     Given as numbers, they become NumPy scalars in tuples, so that Flax NNX can hold the
     transformation as static structure.
     """
-    if isinstance(value, (jax.Array, jax.core.Tracer)):
+    if isinstance(value, (jax.Array, Tracer)):
         return as_float(value, name)
     rows = np.asarray(value)
     if rows.ndim == 2:
@@ -276,10 +277,11 @@ def _muon_leaves(
     return out
 
 
-def _by_axes(leaves: dict[str, Axes]) -> dict[Axes, set[str]]:
-    grouped: dict[Axes, set[str]] = {}
-    for path, axes in leaves.items():
-        grouped.setdefault(axes, set()).add(path)
+def _grouped(by_path: dict[str, Any]) -> dict[Any, set[str]]:
+    """The paths of `by_path` grouped by their value."""
+    grouped: dict[Any, set[str]] = {}
+    for path, value in by_path.items():
+        grouped.setdefault(value, set()).add(path)
     return grouped
 
 
@@ -298,40 +300,36 @@ def _orthogonalize_along(x: Any, axes: Axes, ns_coeffs: Any, ns_steps: int, eps:
     done = jax.vmap(lambda m: orthogonalize_via_newton_schulz(m, ns_coeffs, ns_steps, eps))(
         matrices
     )
-    return jnp.transpose(done.reshape([x.shape[a] for a in order]), np.argsort(order))
-
-
-def _fans(shape: tuple[int, ...], axes: Axes) -> tuple[int, int]:
-    """`(fan_in, fan_out)`: the sizes of the reduction and of the output axes."""
-    return math.prod(shape[a] for a in axes[0]), math.prod(shape[a] for a in axes[1])
-
-
-def _momentum(g: Any, slots: dict, beta: Any, nesterov: bool) -> tuple[Any, dict, Any]:
-    """Bias-corrected (Nesterov) momentum of one array, in at least float32."""
-    dtype = compute_dtype(g, slots["mu"])
-    grad, b = g.astype(dtype), beta.astype(dtype)
-    mu = as_stored(b * slots["mu"].astype(dtype) + (1 - b) * grad, slots["mu"])
-    count = next_count(slots["count"])
-    t = count.astype(dtype)
-    if nesterov:
-        mu_hat = b * mu / (1 - b ** (t + 1)) + (1 - b) * grad / (1 - b**t)
-    else:
-        mu_hat = mu / (1 - b**t)
-    return mu_hat, {"mu": mu, "count": count}, dtype
+    return jnp.transpose(done.reshape([x.shape[a] for a in order]), tuple(np.argsort(order)))
 
 
 class _MuonMath:
     """The Muon direction of one matrix: orthogonalised momentum (shared by both APIs)."""
 
-    def muon_direction(self: Any, g: Any, slots: dict, axes: Axes = MATRIX) -> tuple[Any, dict]:
-        mu_hat, new, _ = _momentum(g, slots, self.beta, self.nesterov)
+    def init_leaf(self: Any, param: Any) -> dict[str, Any]:
+        """A zero momentum (in `mu_dtype`, default the param's dtype) and count 0."""
+        return {"mu": zeros_for(param, self.mu_dtype), "count": jnp.zeros((), jnp.int32)}
+
+    def muon_direction(
+        self: Any, g: Any, slots: dict, param: Any = None, axes: Axes = MATRIX
+    ) -> tuple[Any, dict]:
+        """Bias-corrected (Nesterov) momentum in at least float32, orthogonalised along `axes`."""
+        dtype = compute_dtype(g, slots["mu"])
+        grad, b = g.astype(dtype), self.beta.astype(dtype)
+        mu = as_stored(b * slots["mu"].astype(dtype) + (1 - b) * grad, slots["mu"])
+        count = next_count(slots["count"])
+        t = count.astype(dtype)
+        if self.nesterov:
+            mu_hat = b * mu / (1 - b ** (t + 1)) + (1 - b) * grad / (1 - b**t)
+        else:
+            mu_hat = mu / (1 - b**t)
         u = _orthogonalize_along(mu_hat, axes, self.ns_coeffs, self.ns_steps, self.eps)
         if self.adaptive:
             u = jnp.sum(mu_hat * u) * u
-        return u, new
+        return u, {"mu": mu, "count": count}
 
 
-class ScaleByMuon(_MuonMath, ElementwiseTransform):
+class ScaleByMuon(_MuonMath, PerArrayTransform):
     """Orthogonalised momentum for the selected matrices (see `scale_by_muon`)."""
 
     name: ClassVar[str] = "scale_by_muon"
@@ -356,11 +354,7 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
             tree, self.mask, "mask", dims, "weight_dimension_numbers", self.name, strict
         )
 
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """A zero momentum (in `mu_dtype`, default the param's dtype) and count 0."""
-        return {"mu": zeros_for(param, self.mu_dtype), "count": jnp.zeros((), jnp.int32)}
-
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Slots for the selected matrices only (packed params are refused)."""
         reject_packed(params, self.name, "orthogonalises each matrix on its own")
         where = set(self._leaves(params, strict=True))
@@ -373,25 +367,18 @@ class ScaleByMuon(_MuonMath, ElementwiseTransform):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """Momentum, bias correction, then Newton-Schulz orthogonalisation of a matrix."""
-        u, new = self.muon_direction(g, slots)
-        return u, new
+        return self.muon_direction(g, slots)
 
     def transform_slots(self, updates: Any, slots: dict, params: Any) -> tuple[Any, dict]:
         """The Muon step of every selected path, along its matrix axes."""
         tree = updates if params is None else params
-        for axes, paths in _by_axes(self._leaves(tree, strict=False)).items():
+        for axes, paths in _grouped(self._leaves(tree, strict=False)).items():
             # Plain matrices take `update_leaf`, traced once per leaf signature.
-            leaf = _traced_once(self) if axes == MATRIX else self._along(axes)
+            leaf = _traced_once(self) if axes == MATRIX else partial(self.muon_direction, axes=axes)
             updates, slots = update_slots(
                 leaf, updates, slots, params, owner=self.name, where=paths, per_leaf=True
             )
         return updates, slots
-
-    def _along(self, axes: Axes) -> Any:
-        def leaf(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            return self.muon_direction(g, slots, axes)
-
-        return leaf
 
 
 def scale_by_muon(
@@ -478,7 +465,7 @@ def scale_by_muon(
     )
 
 
-class Muon(_MuonMath, ElementwiseTransform):
+class Muon(_MuonMath, PerArrayTransform):
     """Muon for the selected matrices, AdamW for the other paths (see `muon`)."""
 
     name: ClassVar[str] = "muon"
@@ -517,8 +504,7 @@ class Muon(_MuonMath, ElementwiseTransform):
 
     def _groups(self, tree: Any, strict: bool) -> tuple[dict[str, Axes], set, set]:
         """(matrix axes of the Muon paths, decayed Muon paths, Adam paths) among the present."""
-        paths, leaves, _ = flatten(tree)
-        present = {p for p, x in zip(paths, leaves) if x is not None}
+        present = set(present_paths(tree))
         matrices = _muon_leaves(
             tree,
             self.muon_mask,
@@ -537,50 +523,39 @@ class Muon(_MuonMath, ElementwiseTransform):
             decayed = set(matrices) & set(chosen)
         return matrices, decayed, present - set(matrices)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """`mu`/`count` for every path and `nu` for the Adam paths (packed params refused)."""
         reject_packed(params, self.name, "splits the params into matrices and other leaves")
         matrices, _, adam = self._groups(params, strict=True)
         warn_float16_statistics(self, params, adam)
-        muon_slots = init_slots(
-            params,
-            lambda p: {"mu": zeros_for(p, self.mu_dtype), "count": jnp.zeros((), jnp.int32)},
-            ("mu", "count"),
-            where=set(matrices),
-        )
-        others = init_slots(params, self._adam().init_leaf, ("mu", "nu", "count"), where=adam)
-        return {
-            "mu": {**muon_slots["mu"], **others["mu"]},
-            "nu": others["nu"],
-            "count": {**muon_slots["count"], **others["count"]},
-        }
+        muon_slots = init_slots(params, self.init_leaf, ("mu", "count"), where=set(matrices))
+        others = init_slots(params, self._adam().init_leaf, self.state_keys(), where=adam)
+        return {name: {**muon_slots.get(name, {}), **others[name]} for name in self.state_keys()}
 
     def _shape_factor(self, shape: tuple[int, ...], axes: Axes, dtype: Any) -> Any:
-        fan_in, fan_out = _fans(shape, axes)
+        fan_in, fan_out = (math.prod(shape[a] for a in part) for part in axes)
         if self.consistent_rms is None:
             return jnp.asarray(np.sqrt(max(1.0, fan_out / fan_in)), dtype)
         return jnp.asarray(np.sqrt(max(fan_in, fan_out)), dtype) * self.consistent_rms.astype(dtype)
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def _matrix_step(
+        self, decay: bool, axes: Axes, g: Any, slots: dict, param: Any
+    ) -> tuple[Any, dict]:
+        """The Muon step of one matrix, scaled for its shape, decayed if `decay`."""
+        u, new = self.muon_direction(g, slots, axes=axes)
+        u = u * self._shape_factor(g.shape, axes, u.dtype)
+        if decay:
+            u = u + self.weight_decay.astype(u.dtype) * param.astype(u.dtype)
+        lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
+        return -lr * u, new
+
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Muon steps for the matrices, AdamW steps for the rest, each at its learning rate."""
         self.check_state(state)
         if params is None:
-            raise ValueError(
-                f"{self.name} needs the params: call `tx.update(updates, state, params)`."
-            )
+            raise needs_params_error(self.name)
         matrices, decayed, adam = self._groups(params, strict=False)
         adam_lr = self.learning_rate if self.adam_learning_rate is None else self.adam_learning_rate
-
-        def matrix_step(decay: bool, axes: Axes) -> Any:
-            def leaf(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-                u, new = self.muon_direction(g, slots, axes)
-                u = u * self._shape_factor(g.shape, axes, u.dtype)
-                if decay:
-                    u = u + self.weight_decay.astype(u.dtype) * param.astype(u.dtype)
-                lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
-                return -lr * u, new
-
-            return leaf
 
         def adam_step(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
             u, new = self._adam().update_leaf(g, slots, param)
@@ -589,28 +564,15 @@ class Muon(_MuonMath, ElementwiseTransform):
             lr = hyperparam_at(adam_lr, slots["count"]).astype(dtype)
             return -lr * u, new
 
-        mu, count = state["mu"], state["count"]
-        matrix_slots = {"mu": mu, "count": count}
-        out = updates
-        for axes, paths in _by_axes(matrices).items():
-            for decay in (True, False):
-                where = paths & decayed if decay else paths - decayed
-                if where:
-                    out, matrix_slots = update_slots(
-                        matrix_step(decay, axes),
-                        out,
-                        matrix_slots,
-                        params,
-                        owner=self.name,
-                        where=where,
-                        per_leaf=True,
-                    )
-        adam_slots = {"mu": matrix_slots["mu"], "nu": state["nu"], "count": matrix_slots["count"]}
+        lift = partial(update_slots, params=params, owner=self.name, per_leaf=True)
+        out, slots = updates, {"mu": state["mu"], "count": state["count"]}
+        groups = _grouped({p: (axes, p in decayed) for p, axes in matrices.items()})
+        for (axes, decay), where in groups.items():
+            out, slots = lift(partial(self._matrix_step, decay, axes), out, slots, where=where)
+        slots = {"mu": slots["mu"], "nu": state["nu"], "count": slots["count"]}
         if adam:
-            out, adam_slots = update_slots(
-                adam_step, out, adam_slots, params, owner=self.name, where=adam, per_leaf=True
-            )
-        return out, adam_slots
+            out, slots = lift(adam_step, out, slots, where=adam)
+        return out, slots
 
 
 def muon(

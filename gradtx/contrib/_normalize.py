@@ -6,19 +6,19 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.elementwise import ElementwiseTransform
 from gradtx._core.lift import compute_dtype, map_updates
+from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.clipping import global_norm
 
 __all__ = ["normalize"]
 
 
-class Normalize(ElementwiseTransform):
+class Normalize(PerArrayTransform):
     """Divide all updates by their global norm (see `normalize`)."""
 
     name: ClassVar[str] = "normalize"
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """`u = g / ||g||`, the norm over every present leaf; a zero gradient stays zero."""
         self.check_state(state)
         norm = global_norm(updates)

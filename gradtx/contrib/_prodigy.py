@@ -4,42 +4,20 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import jax.numpy as jnp
-
-from gradtx._core.elementwise import (
-    ElementwiseTransform,
-    Float16Check,
-    hyperparam_at,
-    warn_float16_statistics,
-)
-from gradtx._core.lift import as_stored, compute_dtype, init_slots, update_slots, zeros_for
+from gradtx._core.lift import compute_dtype
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
-from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
-from gradtx.contrib._dadapt import needs_params_error
-from gradtx.contrib._reductions import (
-    adam_direction_updates,
-    bias_correction,
-    copy_of,
-    flat_dot,
-    global_sum,
-    scalar_copy,
-)
+from gradtx.contrib._dadapt import MOMENT_SLOTS, DistanceEstimatingAdamW
+from gradtx.contrib._reductions import copy_of
 
 __all__ = ["prodigy"]
 
-_MOMENTS = ("exp_avg", "exp_avg_sq", "grad_sum")
 
-
-def _l1(array: Any) -> Any:
-    return jnp.sum(jnp.abs(array))
-
-
-class Prodigy(ElementwiseTransform):
+class Prodigy(DistanceEstimatingAdamW):
     """Learning-rate-free AdamW by Prodigy (see `prodigy`)."""
 
     name: ClassVar[str] = "prodigy"
-    needs_params: ClassVar[bool] = True
+    extra_slots: ClassVar[tuple[str, ...]] = ("params0",)
     learning_rate: Any = hyperparam(1.0)
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
@@ -50,81 +28,41 @@ class Prodigy(ElementwiseTransform):
     weight_decay: Any = hyperparam(0.0)
     safeguard_warmup: bool = static(False)
 
-    float16_check: ClassVar[Float16Check] = Float16Check(("exp_avg_sq",), "the second moment", None)
-
-    def state_keys(self) -> tuple[str, ...]:
-        """Per-path moments, gradient sum and starting point; the global estimate and step."""
-        return (*_MOMENTS, "params0", "estim_lr", "numerator_weighted", "count")
-
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """Zero moments and gradient sum, and a copy of the parameter."""
-        slots = {name: zeros_for(param) for name in _MOMENTS}
-        slots["params0"] = copy_of(param)
-        return slots
+        return {**super().init_leaf(param), "params0": copy_of(param)}
 
-    def init(self, params: Any) -> dict:
-        """The per-path slots and the global scalars (float32 and int32)."""
-        warn_float16_statistics(self, params)
-        state = init_slots(params, self.init_leaf, (*_MOMENTS, "params0"))
-        state["estim_lr"] = scalar_copy(self.estim_lr0)
-        state["numerator_weighted"] = jnp.zeros((), jnp.float32)
-        state["count"] = jnp.zeros((), jnp.int32)
-        return state
+    def sum_decay(self) -> Any:
+        """`beta3`, by default the square root of `b2`."""
+        return super().sum_decay() if self.beta3 is None else self.beta3
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
-        """One Prodigy step: moments, then the new estimate, then the step."""
-        self.check_state(state)
-        if params is None:
-            raise needs_params_error(self.name)
-        count = next_count(state["count"])
-        t = count.astype(jnp.float32)
-        b1, b2 = self.b1, self.b2
-        b3 = jnp.sqrt(b2) if self.beta3 is None else self.beta3
-        d, d0 = state["estim_lr"], self.estim_lr0
-        lr = hyperparam_at(self.learning_rate, state["count"])
-        dlr = d * lr * jnp.sqrt(bias_correction(b2, t)) / bias_correction(b1, t)
+    def leaf_moments(
+        self, g: Any, slots: dict, param: Any, d: Any, dlr: Any, b3: Any
+    ) -> tuple[tuple[Any, Any], dict]:
+        """`<g, x0 - x>`; moments of `d g`, the sum weighted by `dlr / d0` (or `d / d0`)."""
+        dtype = compute_dtype(g, param, *slots.values())
+        grad = g.astype(dtype)
+        m, v, s = (slots[k].astype(dtype) for k in MOMENT_SLOTS)
+        p0 = slots["params0"].astype(dtype)
+        db1, db2, db3 = self.b1.astype(dtype), self.b2.astype(dtype), b3.astype(dtype)
         # safeguard_warmup leaves the schedule out of the weights of the gradient sum.
-        weight = d / d0 if self.safeguard_warmup else dlr / d0
-        inner: list = []
-
-        def moments(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
-            dtype = compute_dtype(g, param, *slots.values())
-            grad = g.astype(dtype)
-            m, v, s = (slots[k].astype(dtype) for k in _MOMENTS)
-            p0 = slots["params0"].astype(dtype)
-            inner.append((grad, p0 - param.astype(dtype)))
-            db1, db2, db3 = b1.astype(dtype), b2.astype(dtype), b3.astype(dtype)
-            dg = d.astype(dtype) * grad
-            new = {
-                "exp_avg": db1 * m + (1 - db1) * dg,
-                "exp_avg_sq": db2 * v + (1 - db2) * (dg * dg),
-                "grad_sum": db3 * s + weight.astype(dtype) * dg,
-            }
-            return g, {k: as_stored(x, slots[k]) for k, x in new.items()}
-
-        slots = {k: state[k] for k in (*_MOMENTS, "params0")}
-        _, slots = update_slots(moments, updates, slots, params, owner=self.name, needs_params=True)
-        numerator = b3 * state["numerator_weighted"] + (d / d0) * dlr * flat_dot(inner)
-        l1 = global_sum(slots["grad_sum"].values(), _l1)
-        estimate = self.estim_lr_coef * numerator / l1
-        # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
-        new_d = jnp.where(l1 > 0, jnp.maximum(d, estimate), d)
-
-        new_updates = adam_direction_updates(
-            updates,
-            slots,
-            params,
-            owner=self.name,
-            step_size=dlr,
-            eps=new_d * self.eps,
-            decay=self.weight_decay * dlr,
-        )
-        return new_updates, {
-            **slots,
-            "estim_lr": new_d,
-            "numerator_weighted": numerator,
-            "count": count,
+        weight = d / self.estim_lr0 if self.safeguard_warmup else dlr / self.estim_lr0
+        dg = d.astype(dtype) * grad
+        new = {
+            "exp_avg": db1 * m + (1 - db1) * dg,
+            "exp_avg_sq": db2 * v + (1 - db2) * (dg * dg),
+            "grad_sum": db3 * s + weight.astype(dtype) * dg,
         }
+        return (grad, p0 - param.astype(dtype)), new
+
+    def estimate(self, numerator: Any, dot: Any, l1: Any, d: Any, dlr: Any, b3: Any) -> tuple:
+        """`r = b3 r + (d / d0) dlr dot` and `c r / |s|_1`."""
+        numerator = b3 * numerator + (d / self.estim_lr0) * dlr * dot
+        return numerator, self.estim_lr_coef * numerator / l1
+
+    def adam_step(self, dlr: Any, d: Any) -> tuple[Any, Any]:
+        """The step size `dlr`, and epsilon scaled by the new `d`."""
+        return dlr, d * self.eps
 
 
 def prodigy(
@@ -194,13 +132,5 @@ def prodigy(
     """
     b1, b2 = betas
     return Prodigy(
-        learning_rate,
-        b1,
-        b2,
-        beta3,
-        eps,
-        estim_lr0,
-        estim_lr_coef,
-        weight_decay,
-        safeguard_warmup,
+        learning_rate, b1, b2, beta3, eps, estim_lr0, estim_lr_coef, weight_decay, safeguard_warmup
     )

@@ -7,10 +7,11 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.lift import compute_dtype, map_updates
+from gradtx._core.lift import check_state_keys, map_updates
 from gradtx._core.module import as_int, field, hyperparam, non_negative
-from gradtx._core.protocol import Transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._layouts.step_counts import next_count
+from gradtx._transforms.scale import _scaled
 
 __all__ = ["reduce_on_plateau"]
 
@@ -66,7 +67,7 @@ class ReduceOnPlateau(Transformation):
         """The scale, the best value, the plateau and cooldown counters and the running mean."""
         return _STATE
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Scale 1, best value `inf`, zero counters and an empty running mean."""
         return {
             "scale": jnp.ones((), jnp.float32),
@@ -77,7 +78,7 @@ class ReduceOnPlateau(Transformation):
             "avg_value": jnp.zeros((), jnp.float32),
         }
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """Add `value` to the running mean; at the end of each window, judge it; scale."""
         check_state_keys(self.name, state, _STATE)
         value = extra.get("value")
@@ -113,12 +114,7 @@ class ReduceOnPlateau(Transformation):
         new_state["count"] = jnp.where(full, 0, count)
         new_state["avg_value"] = jnp.where(full, jnp.zeros((), jnp.float32), avg)
         factor = new_state["scale"]
-
-        def scaled(g: Any, _: Any) -> Any:
-            dtype = compute_dtype(g)
-            return (g.astype(dtype) * factor.astype(dtype)).astype(g.dtype)
-
-        return map_updates(scaled, updates, owner=self.name), new_state
+        return map_updates(lambda g, _: _scaled(g, factor), updates, owner=self.name), new_state
 
 
 def reduce_on_plateau(

@@ -7,14 +7,17 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from gradtx._combinators.accumulate import check_count
 from gradtx._core.apply import apply_updates
-from gradtx._core.lift import compute_dtype, init_slots, update_slots
+from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, as_transformation, merge_descriptions
-from gradtx._core.update_layout import like
+from gradtx._core.protocol import Transformation, merge_descriptions
+from gradtx._core.update_sharding import like
 from gradtx._layouts.complex import from_real, is_complex
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
+from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of
 
 __all__ = ["sam"]
@@ -29,12 +32,17 @@ def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
     return jax.tree.map(pick, if_true, if_false, is_leaf=lambda x: x is None)
 
 
-def _outer(cached: Any, param: Any) -> Any:
-    """The cached outer parameter, in the parameter's own form.
+def _outer(cache: dict, params: Any) -> Any:
+    """The cached outer params, each in its parameter's own form.
 
     A complex parameter is cached as its real view, like all per-path state.
     """
-    return from_real(cached, param.dtype) if is_complex(param) else cached
+    paths, leaves, treedef = flatten(params)
+
+    def own_form(path: str, x: Any) -> Any:
+        return from_real(cache[path], x.dtype) if is_complex(x) else cache[path]
+
+    return treedef.unflatten([None if x is None else own_form(p, x) for p, x in zip(paths, leaves)])
 
 
 def _negate(updates: Any) -> Any:
@@ -42,8 +50,7 @@ def _negate(updates: Any) -> Any:
 
 
 def _sync_period(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`sync_period` must be an integer >= 1, got {value!r}")
+    check_count(value, "sync_period", 1)
     return value
 
 
@@ -63,17 +70,16 @@ class Sam(Transformation):
         keys = ("steps_since_sync", "optimizer", "adv_optimizer")
         return keys if self.opaque_mode else (*keys, "cache")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The inner optimizers' states, and a copy of the params (transparent mode)."""
         state = {
             "steps_since_sync": jnp.zeros((), jnp.int32),
-            "optimizer": self.optimizer.init(params),
-            "adv_optimizer": self.adv_optimizer.init(params),
+            "optimizer": self.optimizer.init_state(params),
+            "adv_optimizer": self.adv_optimizer.init_state(params),
         }
         if not self.opaque_mode:
-            state["cache"] = init_slots(params, lambda p: {"cache": copy_of(p)}, ("cache",))[
-                "cache"
-            ]
+            cache = init_slots(params, lambda p: {"cache": copy_of(p)}, ("cache",))
+            state["cache"] = cache["cache"]
         return state
 
     def frozen_paths(self, params: Any) -> frozenset[str]:
@@ -86,14 +92,11 @@ class Sam(Transformation):
         Inside a cycle (transparent mode) the params are an adversarial point and the outer
         params are those cached at the cycle's start; between cycles they are the params.
         """
-        self._check(state)
+        check_state_keys(self.name, state, self.state_keys())
         outer = params
         if not self.opaque_mode:
             between = state["steps_since_sync"] == 0
-            paths, leaves, treedef = flatten(params)
-            cache = state["cache"]
-            cached = [None if x is None else _outer(cache[p], x) for p, x in zip(paths, leaves)]
-            outer = _select(between, params, treedef.unflatten(cached))
+            outer = _select(between, params, _outer(state["cache"], params))
         return self.optimizer.eval_params(state["optimizer"], outer)
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
@@ -103,36 +106,23 @@ class Sam(Transformation):
         }
         return merge_descriptions(entry, self.optimizer.describe(params, step))
 
-    def _check(self, state: Any) -> None:
-        missing = [k for k in self.state_keys() if not isinstance(state, dict) or k not in state]
-        if missing:
-            found = list(state) if isinstance(state, dict) else type(state).__name__
-            raise KeyError(
-                f"sam: expected the state made by its init, with keys {list(self.state_keys())}, "
-                f"got {found}; was it made by another transformation's init?"
-            )
-
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """An adversarial (ascent) step, or, at the end of each cycle, the outer step."""
-        self._check(state)
+        check_state_keys(self.name, state, self.state_keys())
         if params is None:
-            raise ValueError(
-                f"{self.name} needs the params: call `tx.update(updates, state, params)`."
-            )
+            raise needs_params_error(self.name)
         if self.opaque_mode:
             return self._opaque(updates, state, params, extra.get("grad_fn"))
         steps = state["steps_since_sync"]
         first, last = steps == 0, steps == self.sync_period - 1
 
-        adv_updates, adv_state = self.adv_optimizer.update(updates, state["adv_optimizer"], params)
+        adv_updates, adv_state = self.adv_optimizer.step(updates, state["adv_optimizer"], params)
         adv_updates = _negate(adv_updates)
 
-        paths, leaves, treedef = flatten(params)
         cache = state["cache"]
-        outer = treedef.unflatten(
-            [None if x is None else _outer(cache[p], x) for p, x in zip(paths, leaves)]
+        opt_updates, opt_state = self.optimizer.step(
+            updates, state["optimizer"], _outer(cache, params)
         )
-        opt_updates, opt_state = self.optimizer.update(updates, state["optimizer"], outer)
 
         def back_to_outer(u: Any, slots: dict, param: Any) -> tuple[Any, dict]:
             # From the adversarial point back to the outer params, then the outer step; at the
@@ -147,7 +137,7 @@ class Sam(Transformation):
         )
         new_updates = _select(last, opt_updates, adv_updates)
         if self.reset_state:
-            adv_state = _select(last, self.adv_optimizer.init(params), adv_state)
+            adv_state = _select(last, self.adv_optimizer.init_state(params), adv_state)
         else:
             adv_state = _select(last, state["adv_optimizer"], adv_state)
         return new_updates, {
@@ -166,14 +156,14 @@ class Sam(Transformation):
             )
         adv_params, adv_updates, adv_state = params, updates, state["adv_optimizer"]
         for i in range(self.sync_period - 1):
-            step, adv_state = self.adv_optimizer.update(adv_updates, adv_state, adv_params)
+            step, adv_state = self.adv_optimizer.step(adv_updates, adv_state, adv_params)
             adv_params = apply_updates(adv_params, _negate(step))
             adv_updates = grad_fn(adv_params, i)
             if self.batch_axis_name is not None:
                 adv_updates = jax.lax.pmean(adv_updates, axis_name=self.batch_axis_name)
         if self.reset_state:
-            adv_state = self.adv_optimizer.init(params)
-        new_updates, opt_state = self.optimizer.update(adv_updates, state["optimizer"], params)
+            adv_state = self.adv_optimizer.init_state(params)
+        new_updates, opt_state = self.optimizer.step(adv_updates, state["optimizer"], params)
         return new_updates, {
             "steps_since_sync": jnp.zeros((), jnp.int32),
             "optimizer": opt_state,

@@ -12,6 +12,7 @@ from jax import lax
 from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import (
     as_stored,
+    check_state_keys,
     compute_dtype,
     dtype_or_none,
     init_slots,
@@ -27,10 +28,11 @@ from gradtx._core.module import (
     positive,
     static,
 )
-from gradtx._core.protocol import Transformation, as_transformation, check_state_keys
+from gradtx._core.protocol import Transformation
 from gradtx._core.widening import shaped_like
 from gradtx._layouts.complex import is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten
 from gradtx._transforms.noise import _raw_key, path_key
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
@@ -59,14 +61,14 @@ class HutchinsonEstimatorDiagHessian(Transformation):
         """Each path's PRNG key `key`."""
         return ("key",)
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """The key `fold_in(random_seed, crc32(path))` for every path."""
         reject_packed(params, self.name, "keeps one random stream per path")
         seed = jnp.asarray(self.random_seed, jnp.uint32)
         keys = init_slots(params, lambda p: {"key": seed}, ("key",))["key"]
         return {"key": {p: path_key(k, p) for p, k in keys.items()}}
 
-    def update(
+    def step(
         self, updates: Any, state: dict, params: Any = None, obj_fn: Any = None, **extra: Any
     ) -> tuple:
         """The estimate `(H r) * r` at the paths present in `updates` (`None` elsewhere)."""
@@ -210,7 +212,7 @@ class ScaleBySophia(Transformation):
         """The momentum `mu`, the Hessian estimate `nu`, the step `count`, the estimator's state."""
         return ("mu", "nu", "count", "hessian_fn")
 
-    def init(self, params: Any) -> dict:
+    def init_state(self, params: Any) -> dict:
         """Zero `mu` (in `mu_dtype`) and `nu`, count 0, and the estimator's state."""
         reject_packed(params, self.name, "estimates each path's Hessian on its own schedule")
 
@@ -222,7 +224,7 @@ class ScaleBySophia(Transformation):
             }
 
         slots = init_slots(params, leaf_init, ("mu", "nu", "count"), step_counts=("count",))
-        return {**slots, "hessian_fn": self.hessian_diagonal_fn.init(params)}
+        return {**slots, "hessian_fn": self.hessian_diagonal_fn.init_state(params)}
 
     def _estimate(self, updates: Any, state: dict, params: Any, extra: dict) -> tuple[dict, Any]:
         """The estimator's output by path, run only when a present path is due for one."""
@@ -235,7 +237,7 @@ class ScaleBySophia(Transformation):
             return {}, state["hessian_fn"]
 
         def estimate(inner: Any) -> tuple[Any, Any]:
-            return self.hessian_diagonal_fn.update(updates, inner, params, **extra)
+            return self.hessian_diagonal_fn.step(updates, inner, params, **extra)
 
         shapes = jax.eval_shape(estimate, state["hessian_fn"])
 
@@ -257,7 +259,7 @@ class ScaleBySophia(Transformation):
             p: to_real(by_path[p]) if is_complex(by_path[p]) else by_path[p] for p in present
         }, inner
 
-    def update(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
         """The clipped step from the previous estimate; then, when due, a new estimate."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
