@@ -1,7 +1,7 @@
 # Development tasks for gradtx (GNU make).
 #
-#   make test    ruff check, ruff format --check, pytest, notebooks (nbmake), strict docs build
-#   make lint    ruff check + ruff format --check
+#   make test    lint (below), pytest, notebooks (nbmake), strict docs build
+#   make lint    ruff check + ruff format --check + basedpyright (type check of gradtx/)
 #   make quick   pytest without the tests marked slow (the registry's cross products, subprocesses)
 #   make demo    run examples/train_mlp.py
 #   make docs    build the documentation into site/
@@ -62,6 +62,7 @@ endef
 define lint_cmds
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/basedpyright
 endef
 
 # pytest is run through its entry point from the repository root (not `python -m pytest`),

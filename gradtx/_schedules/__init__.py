@@ -1,1 +1,1 @@
-"""Schedules: small pytrees callable as `schedule(step)`, and stateful schedules."""
+"""Layer 5, schedules: small pytrees callable as `schedule(step)`, and stateful schedules."""

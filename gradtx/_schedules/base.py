@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._core.module import Module, as_int, as_ints, field, hyperparam, static
 
@@ -42,9 +43,11 @@ def as_f32(x: Any) -> jax.Array:
     return jnp.asarray(x).astype(jnp.float32)
 
 
-def check_positive_steps(value: Any, name: str, fn: str) -> None:
-    if value is not None and not isinstance(value, jax.core.Tracer) and int(value) <= 0:
-        raise ValueError(f"{fn}: `{name}` must be a positive number of steps, got {int(value)}.")
+def check_concrete_steps(value: Any, name: str, fn: str, minimum: int) -> None:
+    """Raise unless a known `value` is at least `minimum` steps (a traced one is not known)."""
+    if value is not None and not isinstance(value, Tracer) and int(value) < minimum:
+        what = "a positive" if minimum > 0 else "a non-negative"
+        raise ValueError(f"{fn}: `{name}` must be {what} number of steps, got {int(value)}.")
 
 
 class Schedule(Module):
@@ -136,9 +139,3 @@ def join(schedules: Sequence[Any], boundaries: Sequence[int]) -> Join:
     if list(boundaries) != sorted(boundaries):
         raise ValueError(f"join: boundaries must increase, got {list(boundaries)}.")
     return Join(tuple(as_schedule(s) for s in schedules), np.asarray(boundaries, np.int32))
-
-
-def check_concrete_steps(value: Any, name: str, fn: str, minimum: int) -> None:
-    if value is not None and not isinstance(value, jax.core.Tracer) and int(value) < minimum:
-        what = "a positive" if minimum > 0 else "a non-negative"
-        raise ValueError(f"{fn}: `{name}` must be {what} number of steps, got {int(value)}.")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._core.module import as_float
 from gradtx._schedules.base import Join
@@ -16,8 +16,9 @@ from gradtx._schedules.warmups import warmup_cosine_decay
 __all__ = ["cosine_onecycle", "linear_onecycle", "sgdr"]
 
 
-def check_onecycle(fn: str, transition_steps: int, **fractions: float) -> None:
-    if isinstance(transition_steps, jax.core.Tracer) or int(transition_steps) <= 0:
+def _cycle_length(fn: str, transition_steps: int, **fractions: float) -> int:
+    """`transition_steps` as an int, checked with the fractions of it that end phases."""
+    if isinstance(transition_steps, Tracer) or int(transition_steps) <= 0:
         raise ValueError(
             f"{fn}: `transition_steps` must be a concrete positive number of steps, got "
             f"{transition_steps!r}."
@@ -25,6 +26,16 @@ def check_onecycle(fn: str, transition_steps: int, **fractions: float) -> None:
     for name, value in fractions.items():
         if not 0 <= float(value) < 1:
             raise ValueError(f"{fn}: `{name}` must be in [0, 1), got {value!r}.")
+    return int(transition_steps)
+
+
+def _onecycle_values(
+    fn: str, peak_value: float, div_factor: float, final_div_factor: float
+) -> tuple[Any, Any, Any]:
+    """`(low, peak, final)`: `peak / div_factor`, the peak, and `low / final_div_factor`."""
+    peak = as_float(peak_value, f"{fn}.peak_value")
+    low = peak / as_float(div_factor, f"{fn}.div_factor")
+    return low, peak, low / as_float(final_div_factor, f"{fn}.final_div_factor")
 
 
 def linear_onecycle(
@@ -57,19 +68,15 @@ def linear_onecycle(
         (Array(0.1, dtype=float32), Array(1., dtype=float32), Array(0.1, dtype=float32))
     """
     fn = "linear_onecycle"
-    check_onecycle(fn, transition_steps, pct_start=pct_start, pct_final=pct_final)
-    T = int(transition_steps)
+    T = _cycle_length(fn, transition_steps, pct_start=pct_start, pct_final=pct_final)
     boundaries = (int(pct_start * T), int(pct_final * T), T)
     if not boundaries[0] < boundaries[1] < boundaries[2]:
         raise ValueError(
             f"{fn}: the phases end at steps {list(boundaries)}, which must strictly increase; "
             "need pct_start < pct_final and enough `transition_steps` to separate them."
         )
-    peak = as_float(peak_value, f"{fn}.peak_value")
-    low = peak / as_float(div_factor, f"{fn}.div_factor")
-    final = low / as_float(final_div_factor, f"{fn}.final_div_factor")
-    values = (low, peak, low, final)
-    return PiecewiseInterpolate(np.asarray(boundaries, np.int32), values, "linear")
+    low, peak, final = _onecycle_values(fn, peak_value, div_factor, final_div_factor)
+    return PiecewiseInterpolate(np.asarray(boundaries, np.int32), (low, peak, low, final), "linear")
 
 
 def cosine_onecycle(
@@ -99,17 +106,13 @@ def cosine_onecycle(
         (Array(0.1, dtype=float32), Array(1., dtype=float32), Array(0.500005, dtype=float32))
     """
     fn = "cosine_onecycle"
-    check_onecycle(fn, transition_steps, pct_start=pct_start)
-    T = int(transition_steps)
+    T = _cycle_length(fn, transition_steps, pct_start=pct_start)
     boundaries = (int(pct_start * T), T)
     if not boundaries[0] < boundaries[1]:
         raise ValueError(
             f"{fn}: the rise ends at step {boundaries[0]}, not before `transition_steps`={T}."
         )
-    peak = as_float(peak_value, f"{fn}.peak_value")
-    low = peak / as_float(div_factor, f"{fn}.div_factor")
-    final = low / as_float(final_div_factor, f"{fn}.final_div_factor")
-    values = (low, peak, final)
+    values = _onecycle_values(fn, peak_value, div_factor, final_div_factor)
     return PiecewiseInterpolate(np.asarray(boundaries, np.int32), values, "cosine")
 
 

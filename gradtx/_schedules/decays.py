@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._core.module import as_float, as_floats, field, hyperparam, static
-from gradtx._schedules.base import Schedule, as_f32, check_positive_steps, steps_field, steps_vector
+from gradtx._schedules.base import Schedule, as_f32, check_concrete_steps, steps_field, steps_vector
 
 __all__ = [
     "cosine_decay",
@@ -33,7 +35,7 @@ class Polynomial(Schedule):
     transition_begin: Any = steps_field(0)
 
     def __check__(self) -> None:
-        check_positive_steps(self.transition_steps, "transition_steps", type(self).__name__.lower())
+        check_concrete_steps(self.transition_steps, "transition_steps", "polynomial", 1)
 
     def __call__(self, step: Any) -> jax.Array:
         """`(init - end) * (1 - t/T)**power + end`, `t` clipped to `[0, T]`."""
@@ -52,7 +54,7 @@ class CosineDecay(Schedule):
     exponent: Any = hyperparam(1.0)
 
     def __check__(self) -> None:
-        check_positive_steps(self.decay_steps, "decay_steps", "cosine_decay")
+        check_concrete_steps(self.decay_steps, "decay_steps", "cosine_decay", 1)
 
     def __call__(self, step: Any) -> jax.Array:
         """`init * ((1 - alpha) * c**exponent + alpha)`, `c = (1 + cos(pi t / T)) / 2`."""
@@ -87,7 +89,7 @@ class ExponentialDecay(Schedule):
     end_value: Any = hyperparam(None)
 
     def __check__(self) -> None:
-        check_positive_steps(self.transition_steps, "transition_steps", "exponential_decay")
+        check_concrete_steps(self.transition_steps, "transition_steps", "exponential_decay", 1)
 
     def __call__(self, step: Any) -> jax.Array:
         """The decayed value, held at `init_value` before `transition_begin`."""
@@ -97,12 +99,11 @@ class ExponentialDecay(Schedule):
             p = jnp.floor(p)
         value = jnp.where(t <= 0, self.init_value, self.init_value * self.decay_rate**p)
         if self.end_value is not None:
-            bounded = jnp.where(
+            value = jnp.where(
                 self.decay_rate < 1,
                 jnp.maximum(value, self.end_value),
                 jnp.minimum(value, self.end_value),
             )
-            value = bounded
         return value
 
 
@@ -268,7 +269,7 @@ class PiecewiseInterpolate(Schedule):
                 "piecewise_interpolate: need one more value than boundaries (a 1-d array each), "
                 f"got boundaries of shape {n_bounds} and values of shape {n_values}."
             )
-        if not isinstance(self.boundaries, jax.core.Tracer):
+        if not isinstance(self.boundaries, Tracer):
             b = np.asarray(self.boundaries)
             if b.size and (b[0] < 0 or np.any(np.diff(b) <= 0)):
                 raise ValueError(
@@ -334,14 +335,12 @@ def piecewise_interpolate(
     for boundary, scale in items:
         if int(boundary) < 0:
             raise ValueError(f"{fn}: `boundaries_and_scales` has a negative boundary {boundary}.")
-        if not isinstance(scale, jax.core.Tracer) and float(scale) < 0:
+        if not isinstance(scale, Tracer) and float(scale) < 0:
             raise ValueError(
                 f"{fn}: `boundaries_and_scales` has a negative scale {scale} at step {boundary}."
             )
     init = as_float(init_value, f"{fn}.init_value")
     factors = [as_float(s, f"{fn}.boundaries_and_scales") for _, s in items]
-    values = [init]
-    for factor in factors:
-        values.append(values[-1] * factor)
+    values = itertools.accumulate(factors, lambda value, factor: value * factor, initial=init)
     boundaries = np.asarray([int(b) for b, _ in items], np.int32)
     return PiecewiseInterpolate(boundaries, tuple(values), interpolate_type)

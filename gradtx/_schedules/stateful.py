@@ -193,8 +193,7 @@ def _signature(x: Any) -> tuple[tuple[int, ...], Any]:
 
 
 def _describe(tree: Any) -> str:
-    shown = jax.tree.map(lambda x: f"{jnp.result_type(x)}{list(np.shape(x))}", tree)
-    return str(shown)
+    return str(jax.tree.map(lambda x: f"{jnp.result_type(x)}{list(np.shape(x))}", tree))
 
 
 def _own_arrays(tree: Any, template: Any = None) -> Any:
@@ -204,11 +203,12 @@ def _own_arrays(tree: Any, template: Any = None) -> Any:
     return jax.tree.map(lambda x, t: jnp.asarray(x, jnp.result_type(t)), tree, template)
 
 
-def _checked_value(owner: str, name: str, schedule: StatefulSchedule, out: Any) -> jax.Array:
-    out = jnp.asarray(out)
-    real = jax.dtypes.issubdtype(out.dtype, np.floating) or jax.dtypes.issubdtype(
-        out.dtype, np.integer
-    )
+def value_at(
+    owner: str, name: str, schedule: StatefulSchedule, state: Any, extra: dict[str, Any]
+) -> jax.Array:
+    """`schedule.value(state, **extra)`, checked to be a real scalar."""
+    out = jnp.asarray(schedule.value(state, **extra))
+    real = jnp.issubdtype(out.dtype, np.floating) or jnp.issubdtype(out.dtype, np.integer)
     if out.shape != () or not real:
         raise TypeError(
             f"{owner}: the stateful schedule given as `{name}` ({_kind(schedule)}) must "
@@ -229,13 +229,6 @@ def start(owner: str, name: str, schedule: StatefulSchedule) -> Any:
         ) from e
     value_at(owner, name, schedule, state, {})
     return state
-
-
-def value_at(
-    owner: str, name: str, schedule: StatefulSchedule, state: Any, extra: dict[str, Any]
-) -> jax.Array:
-    """`schedule.value(state, **extra)`, checked to be a real scalar."""
-    return _checked_value(owner, name, schedule, schedule.value(state, **extra))
 
 
 def advance(

@@ -7,12 +7,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.core import Tracer
 
 from gradtx._core.module import as_int, hyperparam
 from gradtx._schedules.base import Join, Schedule, as_f32, check_concrete_steps, steps_field
 from gradtx._schedules.decays import ExponentialDecay
 
 __all__ = ["warmup_constant", "warmup_cosine_decay", "warmup_exponential_decay"]
+
+
+def _ramp(init_value: Any, peak_value: Any, warmup_steps: Any, step: jax.Array) -> jax.Array:
+    """`init + (peak - init) * t / W`, with `t` clipped to `[0, W]` (and `W = 0` read as 1)."""
+    t = as_f32(jnp.clip(step, 0, warmup_steps))
+    return init_value + (peak_value - init_value) * (t / as_f32(jnp.maximum(warmup_steps, 1)))
 
 
 class WarmupCosineDecay(Schedule):
@@ -26,9 +33,7 @@ class WarmupCosineDecay(Schedule):
     exponent: Any = hyperparam(1.0)
 
     def __check__(self) -> None:
-        concrete = not any(
-            isinstance(x, jax.core.Tracer) for x in (self.warmup_steps, self.decay_steps)
-        )
+        concrete = not any(isinstance(x, Tracer) for x in (self.warmup_steps, self.decay_steps))
         if concrete and not 0 <= int(self.warmup_steps) < int(self.decay_steps):
             raise ValueError(
                 "warmup_cosine_decay: need 0 <= warmup_steps < decay_steps (decay_steps counts "
@@ -39,9 +44,7 @@ class WarmupCosineDecay(Schedule):
     def __call__(self, step: Any) -> jax.Array:
         """Warm-up value before `warmup_steps`, cosine-decayed value after."""
         step = jnp.asarray(step)
-        warm = as_f32(jnp.maximum(self.warmup_steps, 1))
-        t_warm = as_f32(jnp.clip(step, 0, self.warmup_steps))
-        warmup = self.init_value + (self.peak_value - self.init_value) * (t_warm / warm)
+        warmup = _ramp(self.init_value, self.peak_value, self.warmup_steps, step)
         span = self.decay_steps - self.warmup_steps
         t = as_f32(jnp.clip(step - self.warmup_steps, 0, span))
         cosine = 0.5 * (1 + jnp.cos(math.pi * t / as_f32(span)))
@@ -93,13 +96,13 @@ class WarmupConstant(Schedule):
     def __call__(self, step: Any) -> jax.Array:
         """`init + (peak - init) * t / W` for `t < W`, `peak` from `W` on."""
         step = jnp.asarray(step)
-        t = as_f32(jnp.clip(step, 0, self.warmup_steps))
-        warm = as_f32(jnp.maximum(self.warmup_steps, 1))
-        ramp = self.init_value + (self.peak_value - self.init_value) * (t / warm)
+        ramp = _ramp(self.init_value, self.peak_value, self.warmup_steps, step)
         return jnp.where(step < self.warmup_steps, ramp, self.peak_value)
 
 
-def warmup_constant(init_value: float, peak_value: float, warmup_steps: int) -> WarmupConstant:
+def warmup_constant(
+    init_value: float, peak_value: float, warmup_steps: int | jax.Array
+) -> WarmupConstant:
     """Linear warm-up from `init_value` to `peak_value`, then constant at `peak_value`.
 
     As optax's `warmup_constant_schedule`, except that `warmup_steps=0` gives `peak_value`

@@ -1,1 +1,1 @@
-"""Layer 6, state tools: flat views, loading, reconciling, hyperparameters by name, explain."""
+"""Layer 8, state tools: flat views, loading, reconciling, hyperparameters by name, explain."""

@@ -25,7 +25,7 @@ from gradtx._state.fingerprint import describe, diff, hash_description
 from gradtx._state.renaming import apply_rename, check_rename
 from gradtx._state.restore_report import RestoreReport
 from gradtx._state.shardings import is_placed, place_state
-from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict
+from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict, unit_prefix
 
 __all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
 
@@ -149,7 +149,7 @@ def _encode_metadata(metadata: Mapping[str, Any] | None) -> str:
 
 def _to_host(flat: dict[str, Any]) -> dict[str, np.ndarray]:
     for name, x in flat.items():
-        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             raise TypeError(
                 f"save: {name!r} is a typed PRNG key ({x.dtype}), which has no file dtype; "
                 "keep raw keys (jax.random.key_data) in the state."
@@ -399,8 +399,7 @@ def _rebuild(like: Any, saved: dict[str, np.ndarray]) -> tuple[Any, _Found]:
     for path, leaf in zip(paths, leaves):
         if isinstance(leaf, Packed):
             # Named as state_dict names a unit's paths, which is how `save` named them.
-            prefix = path[:-1] if path.endswith("/") else path
-            out.append(_rebuild_packed(prefix, leaf, saved, found))
+            out.append(_rebuild_packed(unit_prefix(path), leaf, saved, found))
         elif leaf is None or is_unit(leaf):
             out.append(leaf)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._core.protocol import as_transformation
+from gradtx._optax.wrapped import as_transformation
 
 __all__ = ["eval_params"]
 

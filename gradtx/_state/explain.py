@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._combinators.bucketed import Bucketed
-from gradtx._core.protocol import as_transformation
 from gradtx._layouts.packed import LARGE_LEAF
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit, owning_path
 from gradtx._paths.subset import present_paths
 from gradtx._state.shardings import slot_layouts
@@ -226,7 +226,7 @@ def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = Non
         owner = owning_path(key, known)
         if owner is not None:
             slot = key[: -len(owner)].rstrip("/")
-            name = jnp.dtype(value.dtype).name
+            name: str = jnp.dtype(value.dtype).name
             dtypes[owner][slot] = _SHORT.get(name, name)
     rows = tuple(_row(p, described.get(p, []), dtypes[p]) for p in paths)
     if shard_over is not None:

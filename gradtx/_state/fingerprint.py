@@ -132,9 +132,7 @@ def _class_name(kind: type) -> str:
 
 
 def _is_container(treedef: Any) -> bool:
-    if not treedef.children():
-        return False
-    return treedef.node_data()[0] in _CONTAINERS
+    return bool(treedef.children()) and treedef.node_data()[0] in _CONTAINERS
 
 
 def _container_children(treedef: Any) -> list:

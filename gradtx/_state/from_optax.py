@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
@@ -25,7 +26,13 @@ from gradtx._combinators.partition import Partition
 from gradtx._paths.paths import leaves
 from gradtx._schedules.base import Schedule
 from gradtx._schedules.stateful import StatefulSchedule, WrappedSchedule
-from gradtx._state.state_dict import LoadReport, StateMismatchError, load_state_dict, state_dict
+from gradtx._state.state_dict import (
+    LoadReport,
+    StateMismatchError,
+    join_key,
+    load_state_dict,
+    state_dict,
+)
 from gradtx._state.stats import statistics_in
 
 __all__ = ["from_optax"]
@@ -43,10 +50,6 @@ _RULES: dict[str, tuple[dict[str, str], dict[str, str], tuple[str, ...]]] = {
 }
 _STATELESS = ("EmptyState", "MaskedNode")
 _SHOWN = 8  # keys named in a message before "..."
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}/{name}" if prefix else name
 
 
 def _fields(x: Any) -> tuple[str, ...] | None:
@@ -107,6 +110,13 @@ class _Walk:
             )
         self.flat[key] = value
 
+    def put_count(self, key: str, value: Any, where: str) -> None:
+        """`put` a step count, in gradtx's dtype where the template has `key`."""
+        value = jnp.asarray(value)
+        if key in self.template:  # both count steps in an integer: take gradtx's dtype
+            value = value.astype(jnp.result_type(self.template[key]))
+        self.put(key, value, where)
+
     def mismatch(self, where: str, ostate: Any, prefix: str, expected: str) -> ValueError:
         return ValueError(
             f"from_optax: optax's state at {where} ({_describe(ostate)}) does not match "
@@ -146,7 +156,7 @@ def _match_chain(walk: _Walk, tx: Chain, ostate: Any, prefix: str, where: str) -
             f"gradtx's {tx.label} of {_steps(len(tx.transforms))} {list(tx.names)}",
         )
     for i, (name, child) in enumerate(zip(tx.names, tx.transforms)):
-        _match(walk, child, steps[i], _join(prefix, name), f"{where}[{i}]")
+        _match(walk, child, steps[i], join_key(prefix, name), f"{where}[{i}]")
 
 
 def _match_partition(walk: _Walk, tx: Partition, ostate: Any, prefix: str, where: str) -> None:
@@ -163,25 +173,21 @@ def _match_partition(walk: _Walk, tx: Partition, ostate: Any, prefix: str, where
         )
     for label, child in tx.transforms.items():
         here = f"{where}.inner_states[{label!r}]"
-        _match(walk, child, inner[label], _join(prefix, str(label)), here)
+        _match(walk, child, inner[label], join_key(prefix, str(label)), here)
 
 
 def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, where: str) -> None:
     fields = _fields(ostate) or ()
     if not {"count", "hyperparams", "inner_state"} <= set(fields):
         raise walk.mismatch(where, ostate, prefix, f"gradtx's inject_hyperparams({tx.label})")
-    count_key = _join(prefix, "count")
-    count = jnp.asarray(ostate.count)
-    if count_key in walk.template:  # both count steps in an integer: take gradtx's dtype
-        count = count.astype(jnp.result_type(walk.template[count_key]))
-    walk.put(count_key, count, f"{where}.count")
-    schedule_states = getattr(ostate, "hyperparams_states", None)
+    walk.put_count(join_key(prefix, "count"), ostate.count, f"{where}.count")
+    schedule_states = getattr(ostate, "hyperparams_states", {})
     if _has_arrays(schedule_states):
         for name, own in schedule_states.items():
             _match_schedule_state(walk, tx, ostate, name, own, prefix, where)
     names = []
     for name, value in ostate.hyperparams.items():
-        key = _join(prefix, f"hyperparams/{name}")
+        key = join_key(prefix, f"hyperparams/{name}")
         if key in walk.template:
             walk.put(key, _hyperparameter(value, walk.template[key]), f"{where}.hyperparams")
         else:
@@ -191,7 +197,7 @@ def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, 
         walk.unplaced.append((f"{where}.hyperparams ({_describe(ostate)})", names))
     # The inner transformation as built at step 0: its structure is all the walk needs.
     inner = tx.build(tx._values(jnp.zeros((), jnp.int32), None))
-    _match(walk, inner, ostate.inner_state, _join(prefix, "inner"), f"{where}.inner_state")
+    _match(walk, inner, ostate.inner_state, join_key(prefix, "inner"), f"{where}.inner_state")
 
 
 def _is_wrapped_schedule_state(x: Any) -> bool:
@@ -212,7 +218,7 @@ def _match_schedule_state(
     here = f"{where}.hyperparams_states[{name!r}]"
     schedule = tx.hparams.get(name)
     if _is_wrapped_schedule_state(own) and isinstance(schedule, Schedule):
-        if isinstance(own.count, jax.core.Tracer) or isinstance(ostate.count, jax.core.Tracer):
+        if isinstance(own.count, Tracer) or isinstance(ostate.count, Tracer):
             return  # traced (from_optax inside jit): not comparable here
         counts = np.asarray(own.count), np.asarray(ostate.count)
         if not np.array_equal(*counts):
@@ -225,11 +231,7 @@ def _match_schedule_state(
             )
         return
     if _is_wrapped_schedule_state(own) and isinstance(schedule, WrappedSchedule):
-        key = _join(prefix, f"schedule_states/{name}")
-        value = jnp.asarray(own.count)
-        if key in walk.template:
-            value = value.astype(jnp.result_type(walk.template[key]))
-        walk.put(key, value, here)
+        walk.put_count(join_key(prefix, f"schedule_states/{name}"), own.count, here)
         return
     kind = "a number" if schedule is not None else "no such hyperparameter"
     if isinstance(schedule, (Schedule, StatefulSchedule)):
@@ -301,7 +303,7 @@ def _pool(
         for path, value in leaves(getattr(ostate, field)).items():
             if value is None:
                 continue
-            key = _join(prefix, f"{slot}/{path}")
+            key = join_key(prefix, f"{slot}/{path}")
             if key in walk.template:
                 walk.put(key, value, f"{where}.{field}")
             else:
@@ -309,11 +311,11 @@ def _pool(
                 walk.flat[key] = value
     for field, slot in counts.items():
         count = jnp.asarray(getattr(ostate, field))
-        keys = walk.under(_join(prefix, slot))
+        keys = walk.under(join_key(prefix, slot))
         for key in keys:
-            walk.put(key, count.astype(jnp.result_type(walk.template[key])), f"{where}.{field}")
+            walk.put_count(key, count, f"{where}.{field}")
         if not keys:
-            key = _join(prefix, slot)
+            key = join_key(prefix, slot)
             unplaced.append(key)
             walk.flat[key] = count
     if unplaced:

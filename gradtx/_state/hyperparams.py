@@ -8,22 +8,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from gradtx._combinators.inject import InjectState
 from gradtx._paths.paths import owning_path, path_of
 from gradtx._paths.selectors import select
 from gradtx._paths.subset import present_paths
-from gradtx._state.state_dict import load_state_dict, state_dict
+from gradtx._state.state_dict import join_key, load_state_dict, state_dict
 
 __all__ = ["hyperparams", "reset", "set_hyperparams"]
 
 
 def _is_inject(x: Any) -> bool:
     return isinstance(x, InjectState)
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}/{name}" if prefix else name
 
 
 def _walk(state: Any, prefix: str, visit: Any) -> Any:
@@ -35,7 +32,7 @@ def _walk(state: Any, prefix: str, visit: Any) -> Any:
     out = []
     for key_path, leaf in key_leaves:
         if _is_inject(leaf):
-            here = _join(prefix, path_of(key_path)) if key_path else prefix
+            here = join_key(prefix, path_of(key_path)) if key_path else prefix
             leaf = visit(here, leaf)
             leaf = leaf.replace(inner=_walk(leaf.inner, here, visit))
         out.append(leaf)
@@ -66,7 +63,7 @@ def hyperparams(state: Any) -> dict[str, jax.Array]:
 
     def visit(prefix: str, node: InjectState) -> InjectState:
         for name, value in node.hyperparams.items():
-            key = _join(prefix, name)
+            key = join_key(prefix, name)
             if key in found:
                 raise ValueError(
                     f"hyperparams: two injected hyperparameters are both named {key!r}; give "
@@ -122,7 +119,7 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
     def visit(prefix: str, node: InjectState) -> InjectState:
         new = dict(node.hyperparams)
         for name, old in node.hyperparams.items():
-            key = _join(prefix, name)
+            key = join_key(prefix, name)
             if key not in values:
                 continue
             if name in node.scheduled:
@@ -145,7 +142,7 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
 
 def _check(node: InjectState, key: str, name: str, value: jax.Array, given: Any) -> None:
     """Raise if the transformation's own checks refuse `value` (as stored) for `name`."""
-    if node.check is None or isinstance(value, jax.core.Tracer):
+    if node.check is None or isinstance(value, Tracer):
         return  # a traced value is not known here
     shown = np.asarray(value, np.float32)
     stored = float(shown) if shown.ndim == 0 else shown

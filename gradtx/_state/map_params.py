@@ -139,6 +139,7 @@ def tree_map_params(
             )
         owner = None if is_unit(value) else owning_path(key, known)
         if owner is not None:
+            assert not isinstance(value, StepCounts)  # a unit owns no single path
             shape = getattr(reference[owner], "shape", None)
             if shape is not None and tuple(np.shape(value)) != tuple(shape):
                 owner = None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+from gradtx._paths.paths import owning_path
 
 __all__ = ["apply_rename", "check_rename", "old_paths"]
 
@@ -47,23 +49,17 @@ def apply_rename(
     used: set[str] = set()
 
     def move(path: str) -> str:
-        # The longest prefix wins, so {"enc": ..., "enc/head": ...} moves enc/head on its own.
-        hits = [old for old in moves if path == old or path.startswith(old + "/")]
-        if not hits:
+        old = _longest_prefix(moves, path)
+        if old is None:
             return path
-        old = max(hits, key=len)
         used.add(old)
         return moves[old] + path[len(old) :]
 
     def move_key(key: str) -> str:
-        # A state key ends with the params path it belongs to (`adam/mu/enc/w`); the longest
-        # saved path that ends the key is that path. Keys of no path (`clip/global_norm`) stay.
-        parts = key.split("/")
-        for i in range(len(parts)):
-            tail = "/".join(parts[i:])
-            if tail in params:
-                return key[: len(key) - len(tail)] + move(tail)
-        return key
+        # A state key ends with the params path it belongs to (`adam/mu/enc/w`); keys of no
+        # path (`clip/global_norm`) stay.
+        tail = owning_path(key, params)
+        return key if tail is None else key[: len(key) - len(tail)] + move(tail)
 
     new_params = _renamed(shown, params, move, owner)
     new_state = _renamed(shown, state, move_key, owner)
@@ -81,9 +77,18 @@ def old_paths(moves: dict, new_paths: list[str]) -> list[str]:
     back = {new: old for old, new in moves.items()}
     out = []
     for path in new_paths:
-        hits = [new for new in back if path == new or path.startswith(new + "/")]
-        out.append(back[max(hits, key=len)] + path[len(max(hits, key=len)) :] if hits else path)
+        new = _longest_prefix(back, path)
+        out.append(path if new is None else back[new] + path[len(new) :])
     return out
+
+
+def _longest_prefix(prefixes: Iterable[str], path: str) -> str | None:
+    """The longest of `prefixes` that is `path` or a folder above it, or None.
+
+    The longest wins, so `{"enc": ..., "enc/head": ...}` moves `enc/head` on its own.
+    """
+    hits = [p for p in prefixes if path == p or path.startswith(p + "/")]
+    return max(hits, key=len) if hits else None
 
 
 def _renamed(shown: str, flat: dict, move: Callable[[str], str], owner: str) -> dict:

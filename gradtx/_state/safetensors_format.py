@@ -12,6 +12,7 @@ files, and every dtype is recorded by name, bfloat16 ("BF16") included.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import sys
@@ -68,7 +69,7 @@ def checksum(array: np.ndarray) -> str:
     array = np.ascontiguousarray(array)
     if not _LITTLE:
         array = array.byteswap()
-    return f"{zlib.crc32(array.reshape(-1).view(np.uint8)):08x}"
+    return f"{zlib.crc32(array.reshape(-1).view(np.uint8).data):08x}"
 
 
 def write(
@@ -148,14 +149,14 @@ def read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]
         tensors = {}
         for name, entry in header.items():
             dtype, shape, (begin, end) = _entry(shown, name, entry)
-            if begin < 0 or start + end > size or end - begin != dtype.itemsize * _count(shape):
+            if begin < 0 or start + end > size or end - begin != dtype.itemsize * math.prod(shape):
                 raise ValueError(
                     f"{shown!r}: the offsets {[begin, end]} of tensor {name!r} do not fit its "
                     f"shape {list(shape)} and dtype, or the file ({size} bytes) is truncated."
                 )
             array = np.empty(shape, dtype)
             f.seek(start + begin)
-            if array.nbytes and f.readinto(array.reshape(-1).view(np.uint8)) != array.nbytes:
+            if array.nbytes and f.readinto(array.reshape(-1).view(np.uint8).data) != array.nbytes:
                 raise ValueError(f"{shown!r}: the data of tensor {name!r} is truncated.")
             tensors[name] = array if _LITTLE else array.byteswap()
     return tensors, metadata
@@ -201,7 +202,3 @@ def _entry(shown: str, name: str, entry: Any) -> tuple[np.dtype, tuple[int, ...]
             f"a known dtype ({', '.join(DTYPES)}): {entry!r}."
         ) from None
     return dtype, shape, [begin, end]
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import dataclasses
 import math
@@ -9,12 +10,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.core import Tracer
 from jax.sharding import NamedSharding, PartitionSpec
 
-from gradtx._core.protocol import add_init_finisher, as_transformation
-from gradtx._layouts.packed import known_shardings, spec_axes
+from gradtx._core.outermost_call import add_init_finisher
+from gradtx._layouts.packed import join_path, known_shardings, spec_axes
+from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
-from gradtx._state.declared import DECLARED, declared_shardings, declared_specs
+from gradtx._state.flax_sharding import DECLARED, declared_shardings, declared_specs
 
 __all__ = ["SlotLayout", "is_placed", "place_state", "slot_layouts", "state_shardings"]
 
@@ -46,10 +49,6 @@ class SlotLayout:
     note: str
 
 
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}/{key}" if prefix and key else prefix or key
-
-
 def _param_leaves(params: Any) -> dict[str, Any]:
     """Every array leaf of the params by path; a packed unit's buffers under its path."""
     paths, leaves, _ = flatten(params)
@@ -59,7 +58,7 @@ def _param_leaves(params: Any) -> dict[str, Any]:
             continue
         if is_unit(leaf):
             for key_path, sub in jax.tree_util.tree_flatten_with_path(leaf)[0]:
-                out[_join(path, path_of(key_path))] = sub
+                out[join_path(path, path_of(key_path))] = sub
         else:
             out[path] = leaf
     return out
@@ -113,10 +112,6 @@ def _spec(entries: list[Any]) -> PartitionSpec:
     return PartitionSpec(*spec_axes(entries))
 
 
-def _uses(entry: Any, axis: str) -> bool:
-    return entry == axis or (isinstance(entry, tuple) and axis in entry)
-
-
 def _zero1(
     sharding: NamedSharding, shape: tuple[int, ...], axis: str, first: int = 0
 ) -> tuple[NamedSharding, str]:
@@ -127,7 +122,7 @@ def _zero1(
     along its parameter's dims, so that each device keeps the slices of the same elements.
     """
     spec = _padded(sharding.spec, len(shape))
-    if any(_uses(entry, axis) for entry in spec):
+    if any(entry == axis or (isinstance(entry, tuple) and axis in entry) for entry in spec):
         return sharding, f"as its parameter: already over {axis!r}"
     size = sharding.mesh.shape[axis]
     for dim, (entry, n) in enumerate(zip(spec, shape)):
@@ -256,8 +251,8 @@ def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, st
             continue
         alone = _single_leaf_buffers(node)
         for i, (sub_path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(node)[0]):
-            sub_key = _join(key, path_of(sub_path))
-            owner = alone.get(i) if hasattr(node, "layout") else None
+            sub_key = join_path(key, path_of(sub_path))
+            owner = alone.get(i)
             if owner is None or owner not in params:
                 owner = owning_path(sub_key, params)
             out.append((sub_key, leaf, owner))
@@ -267,10 +262,8 @@ def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, st
 def _single_leaf_buffers(unit: Any) -> dict[int, str]:
     """`{buffer index: path}` for the buffers of a packed unit that hold a single leaf."""
     specs = getattr(getattr(unit, "layout", None), "specs", ())
-    by_group: dict[int, list[str]] = {}
-    for spec in specs:
-        by_group.setdefault(spec.group, []).append(spec.path)
-    return {group: paths[0] for group, paths in by_group.items() if len(paths) == 1}
+    sizes = collections.Counter(spec.group for spec in specs)
+    return {spec.group: spec.path for spec in specs if sizes[spec.group] == 1}
 
 
 def _slot_sharding(
@@ -398,24 +391,21 @@ def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = No
         return state
     by_key = {slot.key: slot.sharding for slot in layouts}
     replicated = _replicated([slot.sharding for slot in layouts])
-    found, treedef = jax.tree_util.tree_flatten_with_path(state)
-    placed = [
-        jax.device_put(leaf, by_key.get(path_of(key_path), replicated)) for key_path, leaf in found
-    ]
-    return jax.tree.unflatten(treedef, placed)
+    return jax.tree_util.tree_map_with_path(
+        lambda kp, leaf: jax.device_put(leaf, by_key.get(path_of(kp), replicated)), state
+    )
 
 
 def _abstract(leaf: Any, fallback: Any) -> Any:
     """`leaf` as a `ShapeDtypeStruct` with its sharding where it has one, else `fallback`."""
-    concrete = isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
-    sharding = leaf.sharding if concrete else getattr(leaf, "sharding", None)
-    if isinstance(leaf, jax.core.Tracer) or sharding is None:
-        sharding = fallback
-    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+    sharding = None if isinstance(leaf, Tracer) else getattr(leaf, "sharding", None)
+    return jax.ShapeDtypeStruct(
+        leaf.shape, leaf.dtype, sharding=fallback if sharding is None else sharding
+    )
 
 
 def _put(leaf: Any, sharding: NamedSharding) -> Any:
-    if not isinstance(leaf, jax.core.Tracer):
+    if not isinstance(leaf, Tracer):
         return jax.device_put(leaf, sharding)
     explicit = getattr(jax.sharding.AxisType, "Explicit", None)
     if explicit is not None and explicit in getattr(sharding.mesh, "axis_types", ()):
@@ -439,29 +429,29 @@ def place_declared(tx: Any, state: Any, params: Any) -> Any:
     own = {
         path: leaf.sharding
         for path, leaf in _param_leaves(params).items()
-        if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer)
+        if isinstance(leaf, jax.Array) and not isinstance(leaf, Tracer)
     }
     mesh = next(iter(declared_shardings(declared, own).values())).mesh
     fallback = NamedSharding(mesh, PartitionSpec())  # for leaves traced under `jit`
     abstract = jax.tree.map(lambda x: _abstract(x, fallback), params)
     _, layouts = _layouts(tx, abstract, None)
     targets = {slot.key: slot for slot in layouts if slot.param in declared}
-    found, treedef = jax.tree_util.tree_flatten_with_path(state)
-    placed = []
-    for key_path, leaf in found:
+
+    def place(key_path: Any, leaf: Any) -> Any:
         slot = targets.get(path_of(key_path))
         if slot is None:
-            placed.append(leaf)
-            continue
+            return leaf
+        assert slot.param is not None  # `targets` holds only slots of declared params
         try:
-            placed.append(_put(leaf, slot.sharding))
+            return _put(leaf, slot.sharding)
         except ValueError as e:  # a spec the slot's shape does not divide
             raise ValueError(
                 f"the parameter at path {slot.param!r} declares {DECLARED}="
                 f"{declared[slot.param]}, which does not fit its state {slot.key!r} of shape "
                 f"{tuple(leaf.shape)}: {e}"
             ) from e
-    return jax.tree.unflatten(treedef, placed)
+
+    return jax.tree_util.tree_map_with_path(place, state)
 
 
 add_init_finisher(place_declared)

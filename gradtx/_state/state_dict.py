@@ -13,6 +13,7 @@ import numpy as np
 from gradtx._layouts.packed import Packed, join_leaves
 from gradtx._layouts.step_counts import StepCounts, group_counts
 from gradtx._paths.paths import flatten, is_unit, owning_path
+from gradtx._paths.subset import present_paths
 from gradtx._state.renaming import apply_rename, check_rename, old_paths
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
@@ -106,15 +107,23 @@ def state_dict(state: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for path, leaf in zip(paths, leaves):
         if is_unit(leaf):  # packed: one key per parameter path, as for unpacked params
-            out.update(leaf.items(_unit_prefix(path)))
+            out.update(leaf.items(unit_prefix(path)))
         elif leaf is not None:
             out[path] = leaf
     return out
 
 
-def _unit_prefix(path: str) -> str:
-    # Packed params at the root of the params sit under the key "" of each slot ("mu/").
+def unit_prefix(path: str) -> str:
+    """The prefix of a packed unit's keys: its path without the trailing `/` of a root unit.
+
+    Packed params at the root of the params sit under the key "" of each slot (`mu/`).
+    """
     return path[:-1] if path.endswith("/") else path
+
+
+def join_key(prefix: str, name: str) -> str:
+    """`prefix/name` as a `state_dict` key, or `name` alone at the root."""
+    return f"{prefix}/{name}" if prefix else name
 
 
 def _signature(x: Any) -> tuple[tuple[int, ...], str]:
@@ -139,8 +148,8 @@ def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
     missing, mismatched, out = [], {}, []
     for path, leaf in zip(paths, leaves):
         if is_unit(leaf):
-            expected.update(leaf.paths(_unit_prefix(path)))
-            out.append(_merge_unit(_unit_prefix(path), leaf, flat, missing, mismatched))
+            expected.update(leaf.paths(unit_prefix(path)))
+            out.append(_merge_unit(unit_prefix(path), leaf, flat, missing, mismatched))
         elif leaf is None:
             out.append(None)
         else:
@@ -154,8 +163,12 @@ def _merge_unit(
     path: str, template: Any, flat: dict[str, Any], missing: list, mismatched: dict
 ) -> Any:
     """Assemble a packed state's buffers from per-path entries (template where absent)."""
-    if isinstance(template, StepCounts):
-        return _merge_counts(path, template, flat, missing, mismatched)
+    if isinstance(template, StepCounts):  # paths with equal loaded counts share one
+        counts = {
+            name: _take(key, default, flat, missing, mismatched)
+            for (key, default), name in zip(template.items(path), template)
+        }
+        return group_counts(counts, like=template)
     if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
         return template
     by_group: list[list] = [[] for _ in template.buffers]
@@ -179,19 +192,6 @@ def _merge_unit(
             parts = [v for _, v in entries]
             buffers.append(join_leaves(parts, np.shape(old)) if parts else old)
     return template.replace(tuple(buffers))
-
-
-def _merge_counts(
-    path: str, template: StepCounts, flat: dict[str, Any], missing: list, mismatched: dict
-) -> StepCounts:
-    """Per-path step counts from their entries, paths with equal loaded counts sharing one."""
-    return group_counts(
-        {
-            name: _take(key, default, flat, missing, mismatched)
-            for (key, default), name in zip(template.items(path), template)
-        },
-        like=template,
-    )
 
 
 def load_state_dict(
@@ -230,7 +230,7 @@ def load_state_dict(
         True
     """
     _check_flat(flat)
-    param_paths = _param_paths(params)
+    param_paths = set(present_paths(params))
     flat = dict(flat)
     moves = check_rename(rename, "load_state_dict")
     if moves:
@@ -245,7 +245,8 @@ def load_state_dict(
     template = tx.init(params)
     state, report = _merge(template, flat)
     if report.mismatched:
-        changed = {owning_path(k, param_paths) for k in report.mismatched} - {None}
+        owners = (owning_path(k, param_paths) for k in report.mismatched)
+        changed = {owner for owner in owners if owner is not None}
         if changed:  # every slot of a changed path anew, its count too
             kept = {k: v for k, v in flat.items() if owning_path(k, param_paths) not in changed}
             state, again = _merge(template, kept)
@@ -258,17 +259,6 @@ def load_state_dict(
     return state, report
 
 
-def _param_paths(params: Any) -> set[str]:
-    paths, leaves, _ = flatten(params)
-    out: set[str] = set()
-    for path, leaf in zip(paths, leaves):
-        if is_unit(leaf):
-            out.update(leaf.paths(path))
-        elif leaf is not None:
-            out.add(path)
-    return out
-
-
 def _check_flat(flat: Any) -> None:
     """Raise if `flat` is not `state_dict`'s `{key: array}` (a nested state, say)."""
     if not isinstance(flat, Mapping):
@@ -277,16 +267,13 @@ def _check_flat(flat: Any) -> None:
             f"{type(flat).__name__}."
         )
     for key, value in flat.items():
-        if not isinstance(key, str) or not (hasattr(value, "shape") or _is_number(value)):
+        number = isinstance(value, (bool, int, float, np.generic))
+        if not isinstance(key, str) or not (hasattr(value, "shape") or number):
             raise TypeError(
                 f"load_state_dict: `flat` must be flat, `{{key: array}}`, but its entry {key!r} "
                 f"is a {type(value).__name__}: this looks like the nested state itself. Pass "
                 "`gradtx.state_dict(state)` instead."
             )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, np.generic))
 
 
 def reconcile(
