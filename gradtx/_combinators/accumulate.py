@@ -16,14 +16,13 @@ import numpy as np
 from jax import lax
 
 from gradtx._combinators.conditional import choose, zeros_unless
+from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays, trace_once
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import merge_descriptions
 from gradtx._core.widening import is_narrow, shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
-from gradtx._optax.wrapped import as_transformation
-from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
 
 __all__ = ["Accumulate", "accumulate", "has_updated", "multi_steps"]
@@ -50,15 +49,10 @@ def check_count(value: Any, name: str, minimum: int) -> None:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
 
 
-def _slot_paths(slots: dict[str, Any]) -> set[str]:
-    """The parameter paths that hold a slot (the paths inside packed units included)."""
-    out: set[str] = set()
-    for path, value in slots.items():
-        if is_unit(value):
-            out.update(value.paths(path))
-        else:
-            out.add(path)
-    return out
+def check_flag(value: Any, name: str, owner: str) -> None:
+    """Raise unless `value` (the argument `name` of `owner`) is True or False."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: `{name}` must be True or False, got {value!r}")
 
 
 def _k_at(schedule: Any, gradient_step: Any) -> jax.Array:
@@ -69,11 +63,10 @@ def _k_at(schedule: Any, gradient_step: Any) -> jax.Array:
     return jnp.maximum(k.astype(jnp.int32), jnp.int32(1))
 
 
-class Accumulate(Transformation):
+class Accumulate(Wrapper):
     """Gradient accumulation over `every` calls (see `accumulate` and `multi_steps`)."""
 
     name: ClassVar[str] = "accumulate"
-    inner: Any = field(converter=as_transformation)
     every: Any = static()
     accumulator_dtype: Any = static(None, converter=_accumulator_dtype)
     # k as a function of the optimizer step (a schedule pytree, or a plain function kept
@@ -98,10 +91,7 @@ class Accumulate(Transformation):
                 "multi_steps: `should_skip_update_fn` must be a function "
                 f"`(updates, gradient_step, params) -> (bool, dict)` or None, got {fn!r}"
             )
-        if not isinstance(self.use_grad_mean, bool):
-            raise TypeError(
-                f"multi_steps: `use_grad_mean` must be True or False, got {self.use_grad_mean!r}"
-            )
+        check_flag(self.use_grad_mean, "use_grad_mean", "multi_steps")
 
     @property
     def counts_steps(self) -> bool:
@@ -128,15 +118,6 @@ class Accumulate(Transformation):
             return jnp.float32 if is_narrow(param) else param.dtype
         return self.accumulator_dtype
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
-        """The inner transformation's frozen paths."""
-        return self.inner.frozen_paths(params)
-
-    def eval_params(self, state: dict, params: Any) -> Any:
-        """The inner transformation's eval weights, from its state."""
-        check_state_keys(self.name, state, self.state_keys())
-        return self.inner.eval_params(state["inner"], params)
-
     def _cycles(self, calls: int) -> tuple[int, int]:
         """`(optimizer steps completed, k in force)` after `calls` calls without skips."""
         if self.every_k_schedule is None:
@@ -157,22 +138,14 @@ class Accumulate(Transformation):
         """
         frozen = self.inner.frozen_paths(params)
         inner_step, k = self._cycles(int(step))
-        inner = self.inner.describe(params, inner_step)
         entry = (self.name, {"every": k})
-        out: dict[str, list] = {}
-        for path in present_paths(params):
-            steps = [] if path in frozen else [entry]
-            steps = steps + list(inner.get(path, []))
-            if steps:
-                out[path] = steps
-        return out
+        own = {path: [entry] for path in present_paths(params) if path not in frozen}
+        return merge_descriptions(own, self.inner.describe(params, inner_step))
 
     def init_state(self, params: Any) -> dict:
         """Zero accumulators for the trainable paths, `micro_step = 0` and the inner state."""
         frozen = self.inner.frozen_paths(params)
-        where = None
-        if frozen:
-            where = {p for p in present_paths(params) if p not in frozen}
+        where = {p for p in present_paths(params) if p not in frozen} if frozen else None
 
         def leaf_init(param: Any) -> dict[str, Any]:
             return {"acc": zeros_for(param, self._dtype_for(param))}
@@ -225,7 +198,7 @@ class Accumulate(Transformation):
         A call that the skip predicate rejects changes nothing but `skip_state`.
         """
         check_state_keys(self.name, state, self.state_keys())
-        acc_paths = _slot_paths(state["acc"])
+        acc_paths = set(present_paths(state["acc"]))
         if params is not None:
             self._check_paths(updates, acc_paths, params)
         skip = aux = None
@@ -252,14 +225,10 @@ class Accumulate(Transformation):
                 add, updates, acc, owner=self.name, where=acc_paths, element_slots=()
             )[1]
 
-        if skip is None:
-            micro_step = state["micro_step"] + jnp.int32(1)
-        else:
-            micro_step = state["micro_step"] + jnp.where(skip, jnp.int32(0), jnp.int32(1))
-        if self.every_k_schedule is None:
-            k = jnp.int32(self.every)
-        else:
-            k = _k_at(self.every_k_schedule, state["gradient_step"])
+        taken = jnp.int32(1) if skip is None else jnp.where(skip, jnp.int32(0), jnp.int32(1))
+        micro_step = state["micro_step"] + taken
+        fixed = self.every_k_schedule is None
+        k = jnp.int32(self.every) if fixed else _k_at(self.every_k_schedule, state["gradient_step"])
         fire = micro_step >= k
         if skip is not None:
             fire = fire & jnp.logical_not(skip)
@@ -269,10 +238,8 @@ class Accumulate(Transformation):
             dtype = compute_dtype(g, total)
             averaged = total.astype(dtype)
             if self.use_grad_mean:
-                if self.every_k_schedule is None:
-                    count = jnp.asarray(self.every, dtype)
-                else:  # the calls this cycle accumulated (k, as it fires)
-                    count = micro_step.astype(dtype)
+                # with a scheduled k, the calls this cycle accumulated (k, as it fires)
+                count = jnp.asarray(self.every, dtype) if fixed else micro_step.astype(dtype)
                 averaged = averaged / count
             # Rounded once to the gradient's dtype: the inner step sees a gradient like the
             # ones it would be given without accumulation, so its updates have their dtype.
@@ -308,10 +275,9 @@ class Accumulate(Transformation):
         else:
             new_updates, inner_state, keep = lax.cond(fire, replayed, wait, inner)
         new_updates = zeros_unless(jnp.logical_not(keep), new_updates)
-        acc = summed(keep)["acc"]
         new_state = {
             "micro_step": jnp.where(fire, jnp.int32(0), micro_step),
-            "acc": acc,
+            "acc": summed(keep)["acc"],
             "inner": inner_state,
         }
         if self.counts_steps:
@@ -323,23 +289,16 @@ class Accumulate(Transformation):
 
     def _check_paths(self, updates: Any, acc_paths: set[str], params: Any) -> None:
         """A present, trainable path must have an accumulator (else the params changed)."""
-        frozen = None
-        paths, leaves, _ = flatten(updates)
-        for path, g in zip(paths, leaves):
-            if g is None or path in acc_paths:
-                continue
-            inside = g.paths(path) if is_unit(g) else [path]
-            if all(p in acc_paths for p in inside):
-                continue
-            if frozen is None:
-                frozen = self.inner.frozen_paths(params)
-            missing = [p for p in inside if p not in acc_paths and p not in frozen]
-            if missing:
-                raise KeyError(
-                    f"{self.name}: the state has no accumulator for path {missing[0]!r}. The "
-                    "params changed since `init`; call `gradtx.reconcile(tx, state, params)` "
-                    "to keep the surviving state and initialise the new paths."
-                )
+        missing = [p for p in present_paths(updates) if p not in acc_paths]
+        if missing:  # the frozen paths are asked for only then
+            frozen = self.inner.frozen_paths(params)
+            missing = [p for p in missing if p not in frozen]
+        if missing:
+            raise KeyError(
+                f"{self.name}: the state has no accumulator for path {missing[0]!r}. The "
+                "params changed since `init`; call `gradtx.reconcile(tx, state, params)` "
+                "to keep the surviving state and initialise the new paths."
+            )
 
 
 def accumulate(tx: Any, every: int, *, accumulator_dtype: Any = None) -> Accumulate:
@@ -468,23 +427,20 @@ def multi_steps(
     if k is None:
         raise TypeError("multi_steps: missing `every_k_schedule` (an int or a schedule).")
     name = "every" if every_k_schedule is None else "every_k_schedule"
+    schedule = None
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
         if k < 1:
             raise ValueError(f"multi_steps: `{name}` must be an integer >= 1, got {k!r}")
-        return Accumulate(
-            tx,
-            int(k),
-            accumulator_dtype,
-            should_skip_update_fn=should_skip_update_fn,
-            use_grad_mean=use_grad_mean,
-        )
-    if not callable(k):
+        k = int(k)
+    elif callable(k):
+        k, schedule = None, k
+    else:
         raise ValueError(f"multi_steps: `{name}` must be an integer >= 1 or a schedule, got {k!r}")
     return Accumulate(
         tx,
-        None,
+        k,
         accumulator_dtype,
-        every_k_schedule=k,
+        every_k_schedule=schedule,
         should_skip_update_fn=should_skip_update_fn,
         use_grad_mean=use_grad_mean,
     )

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.lift import check_state_keys
-from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.module import static
 from gradtx._layouts.packed import (
     LARGE_LEAF,
     Packed,
@@ -34,8 +34,7 @@ from gradtx._layouts.packed import (
     sharded_leaves,
     spec_text,
 )
-from gradtx._optax.wrapped import as_transformation
-from gradtx._paths.paths import flatten, is_unit
+from gradtx._paths.paths import is_unit, leaves
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -81,18 +80,12 @@ jax.tree_util.register_pytree_node(
 
 
 def _check_unpacked(tree: Any, owner: str, what: str) -> None:
-    for path, leaf in zip(*flatten(tree)[:2]):
+    for path, leaf in leaves(tree).items():
         if is_unit(leaf):
             raise TypeError(
                 f"{owner}: the {what} at path {path!r} are already packed (gradtx.pack); use "
                 "the transformation itself on packed params."
             )
-
-
-def _pack(tree: Any, owner: str, what: str, own_buffer_from: int | None, apart: tuple) -> Packed:
-    """`tree` packed, the sharded paths `apart` each in a buffer of its own."""
-    _check_unpacked(tree, owner, what)
-    return pack_apart(tree, own_buffer_from=own_buffer_from, apart=apart)
 
 
 def _check_seen(owner: str, offsets: BucketOffsets, updates: Any) -> None:
@@ -121,20 +114,22 @@ def _merges(state: Any) -> bool:
     return isinstance(state, dict) and not ({OFFSETS, "inner"} & set(state))
 
 
-class Bucketed(Transformation):
+def _inner_state(state: dict) -> tuple[Any, bool]:
+    """The inner transformation's state, and whether it is kept under `inner` (not merged)."""
+    if set(state) == {"inner", OFFSETS}:
+        return state["inner"], True
+    return {k: v for k, v in state.items() if k != OFFSETS}, False
+
+
+class Bucketed(Wrapper):
     """`tx` with its state in flat buffers per dtype (see `bucketed`)."""
 
     name: ClassVar[str] = "bucketed"
-    inner: Any = field(converter=as_transformation)
     own_buffer_from: int | None = static(default=LARGE_LEAF)
 
     def state_keys(self) -> tuple[str, ...]:
         """The inner state's entries (or `inner`), and the leaves' offsets `bucket_offsets`."""
         return (OFFSETS,)
-
-    def frozen_paths(self, params: Any) -> frozenset[str]:
-        """The inner transformation's frozen paths."""
-        return self.inner.frozen_paths(params)
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner transformation's description, each path's bucket first.
@@ -164,11 +159,9 @@ class Bucketed(Transformation):
     def eval_params(self, state: dict, params: Any) -> Any:
         """The inner's eval weights, computed on the packed params and handed back as a tree."""
         check_state_keys(self.name, state, self.state_keys())
-        merged = set(state) != {"inner", OFFSETS}
-        inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
         offsets = state[OFFSETS]
-        packed = _pack(params, self.name, "params", self.own_buffer_from, offsets.sharded)
-        result = self.inner.eval_params(inner, packed)
+        packed = self._pack(params, "params", offsets.sharded)
+        result = self.inner.eval_params(_inner_state(state)[0], packed)
         if result is packed:  # the params themselves: no copy through the buffers
             return params
         return result.unpack(offsets.values)
@@ -177,7 +170,7 @@ class Bucketed(Transformation):
         """The inner state for the packed params, each leaf's offset, and the sharded paths."""
         # Decided here, once: `update` may run where shardings do not show (see `bucketed`).
         sharded = tuple(sharded_leaves(params))
-        packed = _pack(params, self.name, "params", self.own_buffer_from, sharded)
+        packed = self._pack(params, "params", sharded)
         state = self.inner.init_state(packed)
         offsets = BucketOffsets(
             tuple(s.path for s in packed.layout.specs),
@@ -192,8 +185,8 @@ class Bucketed(Transformation):
         """Pack the updates (and params), run the inner step once per buffer, unpack."""
         check_state_keys(self.name, state, self.state_keys())
         offsets = state[OFFSETS]
-        paths, leaves, _ = flatten(updates)
-        missing = [p for p, x in zip(paths, leaves) if x is None and p in set(offsets.paths_)]
+        known = set(offsets.paths_)
+        missing = [p for p, x in leaves(updates).items() if x is None and p in known]
         if missing:
             raise ValueError(
                 f"{self.name}: the updates have no gradient at path {missing[0]!r}. Bucketed "
@@ -201,7 +194,7 @@ class Bucketed(Transformation):
                 "per-leaf layout: use the transformation without `bucketed`."
             )
         _check_seen(self.name, offsets, updates)
-        packed = _pack(updates, self.name, "updates", self.own_buffer_from, offsets.sharded)
+        packed = self._pack(updates, "updates", offsets.sharded)
         if tuple(s.path for s in packed.layout.specs) != offsets.paths_:
             extra_paths = sorted(set(s.path for s in packed.layout.specs) - set(offsets.paths_))
             raise KeyError(
@@ -210,16 +203,16 @@ class Bucketed(Transformation):
                 "changing the params."
             )
         # Unused packed params are removed by XLA (everything here runs under jit).
-        packed_params = None
-        if params is not None:
-            packed_params = _pack(
-                params, self.name, "params", self.own_buffer_from, offsets.sharded
-            )
-        merged = set(state) != {"inner", OFFSETS}
-        inner = {k: v for k, v in state.items() if k != OFFSETS} if merged else state["inner"]
+        packed_params = None if params is None else self._pack(params, "params", offsets.sharded)
+        inner, nested = _inner_state(state)
         new_packed, new_inner = self.inner.step(packed, inner, packed_params, **extra)
-        new_state = {**new_inner} if merged else {"inner": new_inner}
+        new_state = {"inner": new_inner} if nested else {**new_inner}
         return new_packed.unpack(offsets.values), {**new_state, OFFSETS: offsets}
+
+    def _pack(self, tree: Any, what: str, apart: tuple) -> Packed:
+        """`tree` (the `what`) packed, the sharded paths `apart` each in a buffer of its own."""
+        _check_unpacked(tree, self.name, what)
+        return pack_apart(tree, own_buffer_from=self.own_buffer_from, apart=apart)
 
 
 def bucketed(tx: Any, *, own_buffer_from: int | None = LARGE_LEAF) -> Bucketed:

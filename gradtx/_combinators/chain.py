@@ -138,6 +138,13 @@ class Chain(Transformation):
             )
         return {k: state[k] for k in keys} if self.flat else state[name]
 
+    def _put(self, state: dict, name: str, child: Any) -> None:
+        """Store a child's state: merged into `state` if the chain is flat, else under `name`."""
+        if self.flat:
+            state.update(child)
+        else:
+            state[name] = child
+
     def init_state(self, params: Any) -> dict:
         """`{name: child.init(params)}` (a `ChainState`), or the children's merged states if `flat`.
 
@@ -145,11 +152,7 @@ class Chain(Transformation):
         """
         state: dict = {} if self.flat else ChainState()
         for name, tx in zip(self.names, self.transforms):
-            child = tx.init_state(params)
-            if self.flat:
-                state.update(child)
-            else:
-                state[name] = child
+            self._put(state, name, tx.init_state(params))
         return state
 
     def frozen_paths(self, params: Any) -> frozenset[str]:
@@ -182,10 +185,7 @@ class Chain(Transformation):
             for name, tx in zip(self.names, self.transforms):
                 child = self._child_state(state, name, tx)
                 updates, child = tx.step(updates, child, params, **extra)
-                if self.flat:
-                    new_state.update(child)
-                else:
-                    new_state[name] = child
+                self._put(new_state, name, child)
             if updates is not given:
                 updates = _narrowed_back(updates, given, block)
         return updates, new_state

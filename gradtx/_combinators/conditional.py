@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import trace_once
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field, static
 from gradtx._core.protocol import Transformation
 from gradtx._core.widening import shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
-from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 
 __all__ = [
@@ -81,7 +81,7 @@ def _check_condition(fn: Any, name: str) -> Any:
     return fn
 
 
-class ConditionallyTransform(Transformation):
+class ConditionallyTransform(Wrapper):
     """The inner transformation at the chosen steps, else the updates as they are.
 
     See `conditionally_transform`.
@@ -90,22 +90,12 @@ class ConditionallyTransform(Transformation):
     name: ClassVar[str] = "conditionally_transform"
     # What the updates become at a skipped step: unchanged here, zeros in ConditionallyMask.
     zero_skipped: ClassVar[bool] = False
-    inner: Any = field(converter=as_transformation)
     should_transform_fn: Any = field(converter=_check_condition)
     forward_extra_args: bool = static(False)
 
     def state_keys(self) -> tuple[str, ...]:
         """The call counter `step` and the inner state `inner`."""
         return ("step", "inner")
-
-    def frozen_paths(self, params: Any) -> frozenset[str]:
-        """The inner transformation's frozen paths."""
-        return self.inner.frozen_paths(params)
-
-    def eval_params(self, state: dict, params: Any) -> Any:
-        """The inner transformation's eval weights, from its state."""
-        check_state_keys(self.name, state, self.state_keys())
-        return self.inner.eval_params(state["inner"], params)
 
     def _active(self, step: Any) -> bool | None:
         try:

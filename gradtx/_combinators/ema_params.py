@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 
 from gradtx._combinators.schedule_free import check_number, own_copy
+from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.apply import apply_updates
 from gradtx._core.lift import (
     check_state_keys,
@@ -16,8 +17,8 @@ from gradtx._core.lift import (
     update_slots,
     zeros_for,
 )
-from gradtx._core.module import decay_rate, field, hyperparam, static
-from gradtx._core.protocol import Transformation, own_hyperparams
+from gradtx._core.module import decay_rate, hyperparam, static
+from gradtx._core.protocol import own_hyperparams
 from gradtx._layouts.step_counts import next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
@@ -25,11 +26,10 @@ from gradtx._paths.subset import present_paths
 __all__ = ["EmaParams", "ema_params"]
 
 
-class EmaParams(Transformation):
+class EmaParams(Wrapper):
     """An inner transformation, with a moving average of the params (see `ema_params`)."""
 
     name: ClassVar[str] = "ema_params"
-    inner: Any = field(converter=as_transformation)
     decay: Any = hyperparam(0.999, check=decay_rate)
     debias: bool = static(True)
     accumulator_dtype: Any = static(None, converter=dtype_or_none)
@@ -40,10 +40,6 @@ class EmaParams(Transformation):
     def state_keys(self) -> tuple[str, ...]:
         """The inner state, the average `ema` and, when debiasing, the path's step `count`."""
         return ("inner", "ema", "count") if self.debias else ("inner", "ema")
-
-    def frozen_paths(self, params: Any) -> frozenset[str]:
-        """The inner transformation's frozen paths."""
-        return self.inner.frozen_paths(params)
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner steps, then this one with its `decay`."""
@@ -113,9 +109,9 @@ class EmaParams(Transformation):
             return jnp.where(t > 0, ema / safe, y.astype(dtype)).astype(y.dtype), {}
 
         slots = {k: state[k] for k in self.state_keys()[1:]}
-        return update_slots(
-            average, params, slots, owner=f"{self.name}.eval_params", element_slots=()
-        )[0]  # in the params' own dtypes
+        owner = f"{self.name}.eval_params"
+        averaged, _ = update_slots(average, params, slots, owner=owner, element_slots=())
+        return averaged  # in the params' own dtypes
 
 
 def ema_params(

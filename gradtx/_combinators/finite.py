@@ -9,17 +9,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._combinators.accumulate import check_count
+from gradtx._combinators.accumulate import check_count, check_flag
 from gradtx._combinators.conditional import choose, run_or_skip, zeros_unless
+from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import is_elementwise, trace_once
 from gradtx._core.lift import check_state_keys
-from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.module import static
 from gradtx._core.statistics import statistics
 from gradtx._core.widening import promoted
 from gradtx._layouts.packed import LARGE_LEAF
 from gradtx._layouts.step_counts import next_count, split_where_absent
-from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 
 __all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
@@ -57,7 +56,8 @@ def _leaf_finite(g: jax.Array, u: jax.Array) -> jax.Array:
     leaf, as the per-array math of a transformation is; XLA inlines it before fusing, so
     the compiled program is the same.
     """
-    zero = _zero_unless_finite(g, u)
+    dtype = promoted(g.dtype, u.dtype)
+    zero = g.astype(dtype) * 0 + u.astype(dtype) * 0  # one mask of it checks both
     if zero.size < LARGE_LEAF:
         return jnp.isfinite(jnp.sum(zero))
     return jnp.max(jnp.logical_not(jnp.isfinite(zero)).astype(jnp.uint8)) == 0
@@ -77,43 +77,20 @@ def _taken_from_check(accept: Any, checked: Any, ran: Any) -> Any:
     return zeros_unless(accept, checked) if checked.size < LARGE_LEAF else ran
 
 
-def _zero_unless_finite(g: Any, u: Any) -> Any:
-    """`g * 0 + u * 0` in their promoted dtype: 0 where both are finite, else NaN.
-
-    One mask of it, computed with `u`, checks both.
-    """
-    dtype = promoted(g.dtype, u.dtype)
-    return g.astype(dtype) * 0 + u.astype(dtype) * 0
-
-
-class ApplyIfFinite(Transformation):
+class ApplyIfFinite(Wrapper):
     """Skip a step whose gradient or update is not finite (see `apply_if_finite`)."""
 
     name: ClassVar[str] = "apply_if_finite"
-    inner: Any = field(converter=as_transformation)
     max_consecutive_errors: int = static()
     check_updates: bool = static(True)
 
     def __check__(self) -> None:
         check_count(self.max_consecutive_errors, "apply_if_finite: max_consecutive_errors", 0)
-        if not isinstance(self.check_updates, bool):
-            raise TypeError(
-                f"apply_if_finite: `check_updates` must be True or False, got "
-                f"{self.check_updates!r}"
-            )
+        check_flag(self.check_updates, "check_updates", "apply_if_finite")
 
     def state_keys(self) -> tuple[str, ...]:
         """The inner state and the statistics of non-finite steps."""
         return ("inner", "notfinite_count", "total_notfinite", "last_finite")
-
-    def frozen_paths(self, params: Any) -> frozenset[str]:
-        """The inner transformation's frozen paths."""
-        return self.inner.frozen_paths(params)
-
-    def eval_params(self, state: dict, params: Any) -> Any:
-        """The inner transformation's eval weights, from its state."""
-        check_state_keys(self.name, state, self.state_keys())
-        return self.inner.eval_params(state["inner"], params)
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """This wrapper's entry, then the inner steps, for every present path."""

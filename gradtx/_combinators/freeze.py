@@ -7,21 +7,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gradtx._combinators.masked import selection
+from gradtx._combinators.masked import eval_group, selection, step_group
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import is_unit
-from gradtx._paths.selectors import as_selector, select
-from gradtx._paths.subset import any_present, merge_by_path, present_paths, restrict
+from gradtx._paths.selectors import as_selector
+from gradtx._paths.subset import merge_by_path, present_paths, restrict
 
 __all__ = ["Freeze", "freeze", "selective_transform", "trainable"]
 
 
 def _zeros(leaf: Any) -> Any:
-    if is_unit(leaf):
-        return leaf.map(jnp.zeros_like)
-    return jnp.zeros_like(leaf)
+    return leaf.map(jnp.zeros_like) if is_unit(leaf) else jnp.zeros_like(leaf)
 
 
 class Freeze(Transformation):
@@ -40,23 +38,19 @@ class Freeze(Transformation):
     def _argument(self) -> str:
         return f"{self.label}(where={self.where!r})"
 
-    def _frozen(self, params: Any, updates: Any, strict: bool) -> frozenset[str]:
-        tree = updates if params is None else params
-        if strict:
-            chosen = frozenset(select(tree, self.where, argument=self._argument()))
-        else:
-            chosen = selection(params, updates, self.where, self._argument())
-        if not self.invert:
-            return chosen
-        return frozenset(present_paths(tree)) - chosen
-
-    def _trainable(self, tree: Any, frozen: frozenset[str]) -> frozenset[str]:
-        return frozenset(p for p in present_paths(tree) if p not in frozen)
+    def _split(
+        self, params: Any, updates: Any = None, strict: bool = False
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        """`(frozen, trainable)` paths of `params` when given (the full tree), else `updates`."""
+        chosen = selection(params, updates, self.where, self._argument(), strict)
+        present = frozenset(present_paths(updates if params is None else params))
+        frozen = present - chosen if self.invert else chosen
+        return frozen, present - frozen
 
     def init_state(self, params: Any) -> Any:
         """The inner state for the trainable paths only: frozen paths allocate nothing."""
-        frozen = self._frozen(params, None, strict=True)
-        return self.inner.init_state(restrict(params, self._trainable(params, frozen), self.label))
+        train = self._split(params, strict=True)[1]
+        return self.inner.init_state(restrict(params, train, self.label))
 
     def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
         """Zeros on the frozen paths, the inner update on the others.
@@ -64,43 +58,27 @@ class Freeze(Transformation):
         The inner transformation never sees the frozen paths, so they are out of its global
         norms and weight decay.
         """
-        frozen = self._frozen(params, updates, strict=False)
-        tree = updates if params is None else params
-        train = self._trainable(tree, frozen)
-        group = restrict(updates, train, self.label)
+        frozen, train = self._split(params, updates)
+        parts, state = step_group(self.inner, train, updates, state, params, extra, self.label)
         still = restrict(updates, frozen, self.label)
-        parts = [(still, jax.tree.map(_zeros, still, is_leaf=is_unit))]
-        if any_present(group):
-            result, state = self.inner.step(
-                group, state, restrict(params, train, self.label), **extra
-            )
-            parts.append((group, result))
-        return merge_by_path(updates, parts), state
+        zeros = (still, jax.tree.map(_zeros, still, is_leaf=is_unit))
+        return merge_by_path(updates, [zeros, *parts]), state
 
     def eval_params(self, state: Any, params: Any) -> Any:
         """The inner's eval weights on the trainable paths; the frozen ones as they are."""
-        frozen = self._frozen(params, None, strict=False)
-        group = restrict(params, self._trainable(params, frozen), self.label)
-        if not any_present(group):
-            return params
-        return merge_by_path(params, [(group, self.inner.eval_params(state, group))])
+        parts = eval_group(self.inner, state, params, self._split(params)[1], self.label)
+        return merge_by_path(params, parts) if parts else params
 
     def frozen_paths(self, params: Any) -> frozenset[str]:
         """The frozen paths, and those the inner transformation freezes."""
-        frozen = self._frozen(params, None, strict=False)
-        inner = self.inner.frozen_paths(
-            restrict(params, self._trainable(params, frozen), self.label)
-        )
-        return frozen | inner
+        frozen, train = self._split(params)
+        return frozen | self.inner.frozen_paths(restrict(params, train, self.label))
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`frozen` for the frozen paths, the inner's steps for the others."""
-        frozen = self._frozen(params, None, strict=False)
-        train = restrict(params, self._trainable(params, frozen), self.label)
-        out = self.inner.describe(train, step)
-        for path in present_paths(params):
-            if path in frozen:
-                out[path] = [("frozen", {})]
+        frozen, train = self._split(params)
+        out = self.inner.describe(restrict(params, train, self.label), step)
+        out.update({path: [("frozen", {})] for path in present_paths(params) if path in frozen})
         return out
 
 

@@ -20,6 +20,7 @@ from gradtx._core.module import Module, as_float, field, static
 from gradtx._core.protocol import Transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._core.statistics import KeepsStatistics
+from gradtx._layouts.step_counts import next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.selectors import Selector
 from gradtx._schedules.base import FunctionSchedule, Schedule
@@ -120,12 +121,6 @@ def _is_plain_function(value: Any) -> bool:
     return callable(value) and not isinstance(value, (Module, type, Selector))
 
 
-def _is_numeric_default(default: Any) -> bool:
-    return default is inspect.Parameter.empty or (
-        isinstance(default, (int, float)) and not isinstance(default, bool)
-    )
-
-
 def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
     """Numbers and schedules are hyperparameters; masks, selectors, dtypes, flags are not.
 
@@ -136,11 +131,12 @@ def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
     """
     if isinstance(value, Schedule) or is_stateful_schedule(value):
         return True
+    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
     if _is_number(value):
-        int_default = isinstance(default, int) and not isinstance(default, bool)
-        return not (isinstance(value, (int, np.integer)) and int_default)
+        return not (isinstance(value, (int, np.integer)) and isinstance(default, int) and numeric)
     if _is_plain_function(value):
-        return _is_numeric_default(default) and not _STRUCTURAL_NAME.search(name)
+        required = default is inspect.Parameter.empty
+        return (required or numeric) and not _STRUCTURAL_NAME.search(name)
     return False
 
 
@@ -163,29 +159,25 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         """The factory's name (`adam`, ...): the key of this step's state inside a chain."""
         return self.label
 
-    def _scheduled(self) -> tuple[str, ...]:
-        kinds = (Schedule, StatefulSchedule)
-        return tuple(n for n, v in self.hparams.items() if isinstance(v, kinds))
-
     def _owner(self) -> str:
         return f"inject_hyperparams({self.label})"
 
     def _stateful(self) -> dict[str, StatefulSchedule]:
         return {n: v for n, v in self.hparams.items() if isinstance(v, StatefulSchedule)}
 
-    def _start(self) -> dict[str, Any] | None:
-        """The initial states of the stateful schedules, or None when there are none."""
-        states = {name: start(self._owner(), name, s) for name, s in self._stateful().items()}
-        return states or None
-
     def _values(
-        self, count: Any, stored: dict | None, states: dict | None = None, extra: Any = None
+        self,
+        count: Any,
+        stored: dict | None,
+        states: dict | None = None,
+        extra: Any = None,
+        cast: bool = True,
     ) -> dict[str, Any]:
         """Each hyperparameter for a step at `count` (stateful schedules: in `states`).
 
         Each must be a scalar (checked on shapes, at trace time): an array would broadcast
         against the parameters' last axis. Under `jax.vmap` over stacked transformations,
-        each is one.
+        each is one. They are in the hyperparameter dtype, or with `cast=False` as given.
         """
         values = {}
         for name, value in self.hparams.items():
@@ -211,7 +203,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
                     "values, `jax.vmap` over transformations built from each value; for a "
                     "value per group of parameters, use `gradtx.partition`."
                 )
-            values[name] = value.astype(self.dtype)
+            values[name] = value.astype(self.dtype) if cast else value
         return values
 
     def _rounding(self, values: dict[str, Any], error: str) -> str:
@@ -232,15 +224,6 @@ class InjectHyperparams(Transformation, KeepsStatistics):
             "in float32 (the default `hyperparam_dtype`)."
         )
 
-    def _advance(self, states: dict | None, extra: dict[str, Any]) -> dict[str, Any] | None:
-        """The stateful schedules' states after a step with the extra arguments `extra`."""
-        if states is None:
-            return None
-        return {
-            name: advance(self._owner(), name, self.hparams[name], own, extra)
-            for name, own in states.items()
-        }
-
     def build(self, values: dict[str, Any]) -> Transformation:
         """The inner transformation for the given hyperparameter values."""
         kwargs = {name: s.value for name, s in self.static_kwargs}
@@ -257,11 +240,13 @@ class InjectHyperparams(Transformation, KeepsStatistics):
     def init_state(self, params: Any) -> InjectState:
         """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""
         count = jnp.zeros((), jnp.int32)
-        states = self._start()
+        states = {n: start(self._owner(), n, s) for n, s in self._stateful().items()} or None
         values = self._values(count, None, states)
         inner = self._build_known(values).init_state(params)
         check = HyperparamCheck(self.factory, self.static_kwargs, self.label)
-        return InjectState(count, values, inner, self._scheduled(), states, check)
+        kinds = (Schedule, StatefulSchedule)
+        scheduled = tuple(n for n, v in self.hparams.items() if isinstance(v, kinds))
+        return InjectState(count, values, inner, scheduled, states, check)
 
     def step(
         self, updates: Any, state: InjectState, params: Any = None, **extra: Any
@@ -274,8 +259,8 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         """
         if not isinstance(state, InjectState):
             raise TypeError(
-                f"inject_hyperparams({self.label}): expected the state made by its init (an "
-                f"InjectState), got {type(state).__name__}."
+                f"{self._owner()}: expected the state made by its init (an InjectState), got "
+                f"{type(state).__name__}."
             )
         have, want = sorted(state.schedule_states or ()), sorted(self._stateful())
         if have != want:
@@ -286,8 +271,11 @@ class InjectHyperparams(Transformation, KeepsStatistics):
             )
         values = self._values(state.count, state.hyperparams, state.schedule_states, extra)
         updates, inner = self.build(values).step(updates, state.inner, params, **extra)
-        count = state.count + (state.count < jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-        states = self._advance(state.schedule_states, extra)
+        states = state.schedule_states  # advanced with this step's extra arguments
+        if states is not None:
+            owner = self._owner()
+            states = {n: advance(owner, n, self.hparams[n], s, extra) for n, s in states.items()}
+        count = next_count(state.count)
         return updates, InjectState(count, values, inner, state.scheduled, states, state.check)
 
     def eval_params(self, state: InjectState, params: Any) -> Any:
@@ -305,12 +293,11 @@ class InjectHyperparams(Transformation, KeepsStatistics):
 
         Warns when a value is not representable in the hyperparameter dtype.
         """
-        values = self._values(np.int32(step), None)
-        for name, value in self.hparams.items():
-            if isinstance(value, StatefulSchedule):  # shown as at init: no step's arguments here
-                value = value_at(self._owner(), name, value, start(self._owner(), name, value), {})
-            wanted = np.float32(value(np.int32(step)) if isinstance(value, Schedule) else value)
-            _warn_if_rounded(self.label, name, float(wanted), values[name], self.dtype)
+        # A stateful schedule is shown as at init: no step's arguments here.
+        given = self._values(np.int32(step), None, cast=False)
+        values = {name: value.astype(self.dtype) for name, value in given.items()}
+        for name, value in given.items():
+            _warn_if_rounded(self.label, name, float(np.float32(value)), values[name], self.dtype)
         return self._build_known(values).describe(params, step)
 
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._combinators.accumulate import check_count
+from gradtx._combinators.accumulate import check_count, check_flag
 from gradtx._core.lift import (
     check_state_keys,
     compute_dtype,
@@ -23,7 +23,7 @@ from gradtx._core.update_sharding import like
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import StepCounts, next_count
 from gradtx._optax.wrapped import as_transformation
-from gradtx._paths.paths import flatten, owning_path
+from gradtx._paths.paths import flatten, leaves, owning_path
 from gradtx._paths.subset import present_paths
 
 __all__ = ["Lookahead", "lookahead"]
@@ -41,10 +41,7 @@ class Lookahead(Transformation):
 
     def __check__(self) -> None:
         check_count(self.sync_period, "lookahead: sync_period", 1)
-        if not isinstance(self.reset_state, bool):
-            raise TypeError(
-                f"lookahead: `reset_state` must be True or False, got {self.reset_state!r}"
-            )
+        check_flag(self.reset_state, "reset_state", "lookahead")
 
     def state_keys(self) -> tuple[str, ...]:
         """The fast state `fast`, the gap `fast_minus_slow` and the step `count`."""
@@ -138,9 +135,9 @@ class Lookahead(Transformation):
             return (param.astype(dtype) - gap.astype(dtype)).astype(param.dtype), {}
 
         gaps = {"fast_minus_slow": state["fast_minus_slow"]}
-        return update_slots(slow, params, gaps, owner=f"{self.name}.slow_params", element_slots=())[
-            0
-        ]  # in the params' own dtypes
+        owner = f"{self.name}.slow_params"
+        slow_params, _ = update_slots(slow, params, gaps, owner=owner, element_slots=())
+        return slow_params  # in the params' own dtypes
 
 
 def _synced(counts: Any, present: list[str], period: int) -> dict[str, tuple[Any, Any]]:
@@ -151,12 +148,9 @@ def _synced(counts: Any, present: list[str], period: int) -> dict[str, tuple[Any
     out: dict[str, tuple[Any, Any]] = {}
     flags: dict[Any, Any] = {}
     for path in present:
-        if isinstance(counts, StepCounts):
-            group, count = counts.layout.index[path], counts[path]
-        else:
-            group, count = path, counts[path]
+        group = counts.layout.index[path] if isinstance(counts, StepCounts) else path
         if group not in flags:
-            flags[group] = count % jnp.int32(period) == 0
+            flags[group] = counts[path] % jnp.int32(period) == 0
         out[path] = (group, flags[group])
     return out
 
@@ -169,10 +163,10 @@ def _restart(state: Any, fresh: Any, synced: dict[str, tuple[Any, Any]], paths: 
     """
     if not synced:
         return state
-    by_key = dict(zip(*flatten(fresh)[:2]))
-    keys, leaves, treedef = flatten(state)
+    by_key = leaves(fresh)
+    keys, old, treedef = flatten(state)
     out = []
-    for key, leaf in zip(keys, leaves):
+    for key, leaf in zip(keys, old):
         new = by_key.get(key)
         if isinstance(leaf, StepCounts) and isinstance(new, StepCounts):
             leaf = _restart_counts(leaf, new, synced)

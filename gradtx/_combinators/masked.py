@@ -11,7 +11,7 @@ from gradtx._paths.paths import DuplicatePathError, flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import any_present, merge_by_path, restrict
 
-__all__ = ["Masked", "masked", "masked_extra", "selection"]
+__all__ = ["Masked", "eval_group", "masked", "masked_extra", "selection", "step_group"]
 
 
 def masked_extra(
@@ -33,13 +33,46 @@ def masked_extra(
     return out
 
 
-def selection(params: Any, updates: Any, selector: Any, argument: str) -> frozenset[str]:
+def selection(
+    params: Any, updates: Any, selector: Any, argument: str, strict: bool = False
+) -> frozenset[str]:
     """The paths `selector` picks in `params` when given (the full tree), else in `updates`.
 
-    Not strict, since a partial update may hold none of them.
+    Not strict by default, since a partial update may hold none of them.
     """
     tree = updates if params is None else params
-    return frozenset(select(tree, selector, strict=False, argument=argument))
+    return frozenset(select(tree, selector, strict=strict, argument=argument))
+
+
+def step_group(
+    tx: Any,
+    chosen: frozenset[str],
+    updates: Any,
+    state: Any,
+    params: Any,
+    extra: dict[str, Any],
+    owner: str,
+    mask_extra: bool = False,
+) -> tuple[list, Any]:
+    """`tx`'s step on the paths `chosen` of `updates`: `([(group, result)], new state)`.
+
+    The pair is a part for `merge_by_path`. A group without a gradient gives `([], state)`:
+    its state, counts and schedules included, stays exactly as it was. With `mask_extra`,
+    the extra arguments shaped like `updates` are restricted to the group (`masked_extra`).
+    """
+    group = restrict(updates, chosen, owner)
+    if not any_present(group):
+        return [], state
+    if mask_extra:
+        extra = masked_extra(extra, updates, chosen, owner)
+    result, state = tx.step(group, state, restrict(params, chosen, owner), **extra)
+    return [(group, result)], state
+
+
+def eval_group(tx: Any, state: Any, params: Any, chosen: frozenset[str], owner: str) -> list:
+    """`tx`'s eval weights on the paths `chosen` of `params`, as parts for `merge_by_path`."""
+    group = restrict(params, chosen, owner)
+    return [(group, tx.eval_params(state, group))] if any_present(group) else []
 
 
 class Masked(Transformation):
@@ -60,7 +93,7 @@ class Masked(Transformation):
 
     def init_state(self, params: Any) -> Any:
         """The inner state for the selected paths only; a mask selecting nothing raises."""
-        chosen = frozenset(select(params, self.mask, argument=self._argument()))
+        chosen = selection(params, None, self.mask, self._argument(), strict=True)
         return self.inner.init_state(restrict(params, chosen, self.label))
 
     def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
@@ -71,13 +104,11 @@ class Masked(Transformation):
         restricted to the selected paths too.
         """
         chosen = selection(params, updates, self.mask, self._argument())
-        group = restrict(updates, chosen, self.label)
-        if not any_present(group):
-            return updates, state
-        if self.mask_compatible_extra_args:
-            extra = masked_extra(extra, updates, chosen, self.label)
-        result, state = self.inner.step(group, state, restrict(params, chosen, self.label), **extra)
-        return merge_by_path(updates, [(group, result)]), state
+        mask_extra = self.mask_compatible_extra_args
+        parts, state = step_group(
+            self.inner, chosen, updates, state, params, extra, self.label, mask_extra
+        )
+        return (merge_by_path(updates, parts) if parts else updates), state
 
     def frozen_paths(self, params: Any) -> frozenset[str]:
         """The inner's frozen paths among the selected ones."""
@@ -87,10 +118,8 @@ class Masked(Transformation):
     def eval_params(self, state: Any, params: Any) -> Any:
         """The inner's eval weights on the selected paths; the other paths' params."""
         chosen = selection(params, None, self.mask, self._argument())
-        group = restrict(params, chosen, self.label)
-        if not any_present(group):
-            return params
-        return merge_by_path(params, [(group, self.inner.eval_params(state, group))])
+        parts = eval_group(self.inner, state, params, chosen, self.label)
+        return merge_by_path(params, parts) if parts else params
 
     def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner's description of the selected paths (after `[name]` if one was given)."""

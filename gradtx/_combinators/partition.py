@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from gradtx._combinators.masked import masked_extra
+from gradtx._combinators.masked import eval_group, step_group
 from gradtx._core.module import static
 from gradtx._core.protocol import Transformation
 from gradtx._core.static_value import StaticValue
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.selectors import LabelError, resolve_labels
-from gradtx._paths.subset import any_present, merge_by_path, restrict
+from gradtx._paths.subset import merge_by_path, restrict
 
 __all__ = ["Partition", "multi_transform", "partition"]
 
@@ -38,10 +38,10 @@ class Partition(Transformation):
             argument=f"{self.label}(labels=...)",
             strict=strict,
         )
-        groups: dict[Hashable, set[str]] = {label: set() for label in self.transforms}
-        for path, label in by_path.items():
-            groups[label].add(path)
-        return {label: frozenset(paths) for label, paths in groups.items()}
+        return {
+            label: frozenset(path for path, mine in by_path.items() if mine == label)
+            for label in self.transforms
+        }
 
     def init_state(self, params: Any) -> dict:
         """`{label: inner.init(params of that label)}`; every leaf needs exactly one label.
@@ -69,18 +69,13 @@ class Partition(Transformation):
             )
         groups = self._groups(params, updates, strict=False)
         new_state, parts = dict(state), []
+        mask_extra = self.mask_compatible_extra_args
         for label, tx in self.transforms.items():
             owner = f"{self.label}[{label!r}]"
-            group = restrict(updates, groups[label], owner)
-            if not any_present(group):
-                continue
-            mine = extra
-            if self.mask_compatible_extra_args:
-                mine = masked_extra(extra, updates, groups[label], owner)
-            result, new_state[label] = tx.step(
-                group, state[label], restrict(params, groups[label], owner), **mine
+            part, new_state[label] = step_group(
+                tx, groups[label], updates, state[label], params, extra, owner, mask_extra
             )
-            parts.append((group, result))
+            parts += part
         return merge_by_path(updates, parts), new_state
 
     def eval_params(self, state: dict, params: Any) -> Any:
@@ -88,9 +83,7 @@ class Partition(Transformation):
         groups = self._groups(params, None, strict=False)
         parts = []
         for label, tx in self.transforms.items():
-            group = restrict(params, groups[label], f"{self.label}[{label!r}]")
-            if any_present(group):
-                parts.append((group, tx.eval_params(state[label], group)))
+            parts += eval_group(tx, state[label], params, groups[label], f"{self.label}[{label!r}]")
         return merge_by_path(params, parts)
 
     def frozen_paths(self, params: Any) -> frozenset[str]:

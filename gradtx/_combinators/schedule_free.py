@@ -52,18 +52,6 @@ def check_number(value: Any, name: str, owner: str) -> None:
         )
 
 
-def _check_b1(value: Any, owner: str) -> None:
-    check_number(value, "b1", owner)
-    if isinstance(value, Tracer) or np.ndim(value) != 0:
-        return
-    b1 = float(np.asarray(value))
-    if not 0.0 < b1 <= 1.0:
-        raise ValueError(
-            f"{owner}: `b1` must be in (0, 1], got {b1:g}; the averaged weights are recovered "
-            "from the params by dividing by `b1`."
-        )
-
-
 # Per path: the sequence z, the sum of the averaging weights, the largest rate so far and the
 # step count. Kept per path like every slot, a path without a gradient keeps all four. The
 # three scalars change only with the count, so like it they are stored once per group of
@@ -89,7 +77,13 @@ class ScheduleFree(Transformation):
         return self.label
 
     def __check__(self) -> None:
-        _check_b1(self.b1, self.label)
+        check_number(self.b1, "b1", self.label)
+        b1 = None if isinstance(self.b1, Tracer) or np.ndim(self.b1) else float(self.b1)
+        if b1 is not None and not 0.0 < b1 <= 1.0:
+            raise ValueError(
+                f"{self.label}: `b1` must be in (0, 1], got {b1:g}; the averaged weights are "
+                "recovered from the params by dividing by `b1`."
+            )
         check_number(self.weight_lr_power, "weight_lr_power", self.label)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -194,9 +188,8 @@ class ScheduleFree(Transformation):
             return (yy + ratio * (yy - z)).astype(y.dtype), {}
 
         owner = f"{self.name}.eval_params"
-        return update_slots(average, params, {"z": state["z"]}, owner=owner, element_slots=())[
-            0
-        ]  # in the params' own dtypes
+        x, _ = update_slots(average, params, {"z": state["z"]}, owner=owner, element_slots=())
+        return x  # in the params' own dtypes
 
 
 class _GroupWeights:

@@ -1,0 +1,35 @@
+"""`Wrapper`: the base of the combinators around one transformation kept as `inner`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradtx._core.lift import check_state_keys
+from gradtx._core.module import field
+from gradtx._core.protocol import Transformation
+from gradtx._optax.wrapped import as_transformation
+
+__all__ = ["Wrapper"]
+
+
+class Wrapper(Transformation):
+    """A transformation around `inner` (optax ones are wrapped), whose state it keeps there.
+
+    It freezes what `inner` freezes and evaluates what `inner` evaluates, from
+    `state["inner"]`; a subclass that changes the weights overrides `eval_params`.
+    """
+
+    inner: Any = field(converter=as_transformation)
+
+    def state_keys(self) -> tuple[str, ...]:
+        """The keys of the state, `inner` among them: each subclass names its own."""
+        raise NotImplementedError
+
+    def frozen_paths(self, params: Any) -> frozenset[str]:
+        """The inner transformation's frozen paths."""
+        return self.inner.frozen_paths(params)
+
+    def eval_params(self, state: dict, params: Any) -> Any:
+        """The inner transformation's eval weights, from its state."""
+        check_state_keys(self.name, state, self.state_keys())
+        return self.inner.eval_params(state["inner"], params)
