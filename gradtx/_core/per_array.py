@@ -135,7 +135,7 @@ class PerArrayTransform(Transformation):
     ) -> tuple[Updates, dict]:
         """`update_leaf` on every present path, with the per-path `slots` (not checked)."""
         return update_slots(
-            _traced_once(self),
+            traced_once(self),
             updates,
             slots,
             params,
@@ -217,7 +217,7 @@ _CALL_FROM = 6  # operations in one leaf's math
 _calls: BoundedCache = BoundedCache(4096)
 
 
-def _traced_once(tx: PerArrayTransform) -> Callable[..., tuple[Any, dict]]:
+def traced_once(tx: PerArrayTransform) -> Callable[..., tuple[Any, dict]]:
     """`tx.update_leaf`, called through `_update_leaf_once` when tracing math of some size."""
     structure = jax.tree.structure(tx)
 

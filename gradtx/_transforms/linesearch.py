@@ -34,7 +34,7 @@ from gradtx._core.widening import promoted
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, path_of
-from gradtx._transforms.scale import _scaled
+from gradtx._transforms.scale import scaled
 
 __all__ = [
     "Line",
@@ -154,7 +154,7 @@ class Line:
 
     def step(self, eta: jax.Array, params: Any = None) -> Any:
         """The updates times `eta` (each in its own dtype); `params` checks their paths."""
-        return map_updates(lambda u, _: _scaled(u, eta), self.updates, params, owner=self.owner)
+        return map_updates(lambda u, _: scaled(u, eta), self.updates, params, owner=self.owner)
 
     def value(self, eta: jax.Array) -> jax.Array:
         """`value_fn` at `params + eta * updates`, in `dtype`."""
@@ -251,7 +251,7 @@ class Linesearch(Transformation, KeepsStatistics):
         found = iter(grads)
 
         def emit(u: Any, slots: dict, _: Any) -> tuple[Any, dict]:
-            return _scaled(u, eta), {"grad": next(found)}
+            return scaled(u, eta), {"grad": next(found)}
 
         new_updates, slots = update_slots(
             emit, line.updates, {"grad": state["grad"]}, line.params, owner=self.name

@@ -17,7 +17,7 @@ from gradtx._layouts.packed import reject_packed
 __all__ = ["add_noise"]
 
 
-def _raw_key(value: Any, name: str) -> Any:
+def raw_key(value: Any, name: str) -> Any:
     """An int seed or a PRNG key (typed or raw) -> a raw uint32 key.
 
     An int seed gives its key's words as a tuple of NumPy uint32 scalars: leaves that JAX
@@ -48,7 +48,7 @@ class AddNoise(PerArrayTransform):
     per_leaf_structure: ClassVar[bool] = True
     eta: Any = hyperparam()
     gamma: Any = hyperparam()
-    seed: Any = field(default=0, converter=_raw_key)
+    seed: Any = field(default=0, converter=raw_key)
 
     def state_keys(self) -> tuple[str, ...]:
         """The path's step `count` and its PRNG key `rng_key`."""

@@ -8,7 +8,7 @@ from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.clipping import global_norm
-from gradtx._transforms.scale import _scaled
+from gradtx._transforms.scale import scaled
 
 __all__ = ["normalize_by_update_norm"]
 
@@ -24,7 +24,7 @@ class NormalizeByUpdateNorm(PerArrayTransform):
         """`u = scale_factor * g / (||g|| + eps)`, the norm over every present leaf."""
         self.check_state(state)
         factor = self.scale_factor / (global_norm(updates) + self.eps)
-        return map_updates(lambda g, _: _scaled(g, factor), updates, owner=self.name), state
+        return map_updates(lambda g, _: scaled(g, factor), updates, owner=self.name), state
 
 
 def normalize_by_update_norm(scale_factor: float = 1.0, eps: float = 1e-6) -> NormalizeByUpdateNorm:

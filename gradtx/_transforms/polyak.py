@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._transforms.scale import _scaled
+from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum as global_sum_of_squares
 
 __all__ = ["scale_by_polyak"]
@@ -58,7 +58,7 @@ class ScaleByPolyak(PerArrayTransform):
             jnp.float32(0),
             jnp.minimum(gap / denominator, self.max_learning_rate),
         )
-        return map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name), state
+        return map_updates(lambda g, _: scaled(g, step), updates, owner=self.name), state
 
 
 def scale_by_polyak(

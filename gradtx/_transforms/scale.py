@@ -27,7 +27,7 @@ __all__ = [
 ScalarOrSchedule = float | jnp.ndarray | Module | Callable[[Any], Any]
 
 
-def _scaled(g: Any, factor: Any) -> Any:
+def scaled(g: Any, factor: Any) -> Any:
     dtype = compute_dtype(g)
     g_, f = cast(g, dtype), cast(factor, dtype)
     # `lax.mul` binds what `*` would (a scalar needs no broadcast) without tracing a jitted
@@ -64,7 +64,7 @@ class Scale(PerArrayTransform):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = step_size * g`."""
-        return _scaled(g, self.step_size), {}
+        return scaled(g, self.step_size), {}
 
 
 def scheduled_value(value: Any, slots: dict) -> tuple[Any, dict]:
@@ -153,7 +153,7 @@ class ScaleBySchedule(RecordsScheduledValue):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = schedule(count) * g`, then `count += 1`."""
         factor, changed = scheduled_value(self.step_size_fn, slots)
-        return _scaled(g, factor), changed
+        return scaled(g, factor), changed
 
 
 class ScaleByLearningRate(RecordsScheduledValue):
@@ -178,7 +178,7 @@ class ScaleByLearningRate(RecordsScheduledValue):
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """`u = -lr * g` (or `+lr * g` with `flip_sign=False`)."""
         rate, changed = scheduled_value(self.learning_rate, slots)
-        return _scaled(g, -rate if self.flip_sign else rate), changed
+        return scaled(g, -rate if self.flip_sign else rate), changed
 
 
 def identity() -> Identity:

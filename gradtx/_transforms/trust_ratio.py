@@ -11,7 +11,7 @@ from gradtx._core.module import hyperparam, is_schedule, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._transforms.scale import scheduled_value
-from gradtx._transforms.weight_decay import SelectsByMask, _optional_selector
+from gradtx._transforms.weight_decay import SelectsByMask, optional_selector
 from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["scale_by_trust_ratio"]
@@ -30,7 +30,7 @@ class ScaleByTrustRatio(SelectsByMask, StackedTransform):
     min_norm: Any = hyperparam(0.0)
     trust_coefficient: Any = hyperparam(1.0)
     eps: Any = hyperparam(0.0, check=non_negative)
-    mask: Any = static(None, converter=_optional_selector)
+    mask: Any = static(None, converter=optional_selector)
     stacked: Any = static((), converter=as_stacked)
 
     def init_state(self, params: Any) -> dict:

@@ -15,7 +15,7 @@ from gradtx._paths.selectors import as_selector, select
 __all__ = ["add_decayed_weights"]
 
 
-def _optional_selector(mask: Any, name: str = "mask") -> Any:
+def optional_selector(mask: Any, name: str = "mask") -> Any:
     return None if mask is None else as_selector(mask, name)
 
 
@@ -24,7 +24,7 @@ class SelectsByMask:
 
     __slots__ = ()
     name: ClassVar[str]
-    mask: Any  # each class's own static field, converted by `_optional_selector`
+    mask: Any  # each class's own static field, converted by `optional_selector`
 
     def check_mask(self, params: Any) -> None:
         """Raise when the `mask` matches no path of `params` (it is almost always a typo)."""
@@ -45,7 +45,7 @@ class AddDecayedWeights(SelectsByMask, PerArrayTransform):
     name: ClassVar[str] = "add_decayed_weights"
     needs_params: ClassVar[bool] = True
     weight_decay: Any = hyperparam(0.0)
-    mask: Any = static(None, converter=_optional_selector)
+    mask: Any = static(None, converter=optional_selector)
 
     def init_state(self, params: Any) -> dict:
         """No state; a `mask` that matches nothing fails here."""

@@ -13,7 +13,7 @@ from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.protocol import Transformation
 from gradtx._transforms.distance_over_gradients import dog_step_size, initial_distance
-from gradtx._transforms.scale import ScalarOrSchedule, _scaled, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate, scaled
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx._tree.reductions import global_sum as tree_sum
 from gradtx.contrib._dadapt import needs_params_error
@@ -95,7 +95,7 @@ class ScaleByDog(PerArrayTransform):
         step = dog_step_size(max_dist, total, self.eps)
         if self.init_step_kind == "learning_rate":
             step = jnp.where(first, self.init_step_value, step)
-        new_updates = map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name)
+        new_updates = map_updates(lambda g, _: scaled(g, step), updates, owner=self.name)
         return new_updates, {
             **state,
             "is_init_step": jnp.asarray(False),
@@ -177,7 +177,7 @@ class ScaleByDowg(PerArrayTransform):
         r2 = jnp.maximum(state["estim_sq_dist"], _sq_distance(params, state["init_params"]))
         weighted = state["weighted_sq_norm_grads"] + r2 * tree_sum(updates, _square)
         step = r2 / (jnp.sqrt(weighted) + self.eps)
-        new_updates = map_updates(lambda g, _: _scaled(g, step), updates, owner=self.name)
+        new_updates = map_updates(lambda g, _: scaled(g, step), updates, owner=self.name)
         return new_updates, {**state, "estim_sq_dist": r2, "weighted_sq_norm_grads": weighted}
 
 

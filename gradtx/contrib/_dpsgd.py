@@ -14,7 +14,7 @@ from gradtx._core.protocol import Transformation
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.momentum import trace
-from gradtx._transforms.noise import _raw_key, path_key
+from gradtx._transforms.noise import path_key, raw_key
 from gradtx._transforms.per_example_clipping import (
     _batch_size,
     _globally_clipped_sum,
@@ -34,7 +34,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
     gradients_like_params: ClassVar[bool] = False  # a batch of them per parameter
     l2_norm_clip: Any = hyperparam(check=positive, required=True)
     noise_multiplier: Any = hyperparam(check=non_negative, required=True)
-    key: Any = field(default=0, converter=_raw_key)
+    key: Any = field(default=0, converter=raw_key)
     keep_statistics: bool = static(True)
 
     def state_keys(self) -> tuple[str, ...]:

@@ -32,8 +32,8 @@ from gradtx._core.module import (
 from gradtx._core.per_array import (
     Float16Check,
     PerArrayTransform,
-    _traced_once,
     hyperparam_at,
+    traced_once,
     warn_float16_statistics,
 )
 from gradtx._core.update_sharding import whole
@@ -45,7 +45,7 @@ from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.adam import ScaleByAdam
 from gradtx._transforms.scale import ScalarOrSchedule
-from gradtx._transforms.weight_decay import _optional_selector
+from gradtx._transforms.weight_decay import optional_selector
 from gradtx.contrib._dadapt import needs_params_error
 
 __all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
@@ -341,7 +341,7 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
-    mask: Any = static(None, converter=_optional_selector)
+    mask: Any = static(None, converter=optional_selector)
     weight_dimension_numbers: Any = static(None, converter=_dimension_numbers)
 
     def state_keys(self) -> tuple[str, ...]:
@@ -374,7 +374,7 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
         tree = updates if params is None else params
         for axes, paths in _grouped(self._leaves(tree, strict=False)).items():
             # Plain matrices take `update_leaf`, traced once per leaf signature.
-            leaf = _traced_once(self) if axes == MATRIX else partial(self.muon_direction, axes=axes)
+            leaf = traced_once(self) if axes == MATRIX else partial(self.muon_direction, axes=axes)
             updates, slots = update_slots(
                 leaf, updates, slots, params, owner=self.name, where=paths, per_leaf=True
             )
@@ -479,7 +479,7 @@ class Muon(_MuonMath, PerArrayTransform):
     beta: Any = hyperparam(0.95)
     eps: Any = hyperparam(1e-8, check=non_negative)
     weight_decay: Any = hyperparam(0.0)
-    weight_decay_mask: Any = static(None, converter=_optional_selector)
+    weight_decay_mask: Any = static(None, converter=optional_selector)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(True)
     adaptive: bool = static(False)
@@ -488,7 +488,7 @@ class Muon(_MuonMath, PerArrayTransform):
     adam_eps_root: Any = hyperparam(0.0, check=non_negative)
     adam_weight_decay: Any = hyperparam(0.0)
     adam_learning_rate: Any = hyperparam(None)
-    muon_mask: Any = static(None, converter=_optional_selector)
+    muon_mask: Any = static(None, converter=optional_selector)
     consistent_rms: Any = hyperparam(None)
     muon_weight_dimension_numbers: Any = static(None, converter=_dimension_numbers)
 

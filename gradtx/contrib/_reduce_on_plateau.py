@@ -11,7 +11,7 @@ from gradtx._core.lift import check_state_keys, map_updates
 from gradtx._core.module import as_int, field, hyperparam, non_negative
 from gradtx._core.protocol import Transformation
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.scale import _scaled
+from gradtx._transforms.scale import scaled
 
 __all__ = ["reduce_on_plateau"]
 
@@ -114,7 +114,7 @@ class ReduceOnPlateau(Transformation):
         new_state["count"] = jnp.where(full, 0, count)
         new_state["avg_value"] = jnp.where(full, jnp.zeros((), jnp.float32), avg)
         factor = new_state["scale"]
-        return map_updates(lambda g, _: _scaled(g, factor), updates, owner=self.name), new_state
+        return map_updates(lambda g, _: scaled(g, factor), updates, owner=self.name), new_state
 
 
 def reduce_on_plateau(

@@ -34,7 +34,7 @@ from gradtx._layouts.complex import is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten
-from gradtx._transforms.noise import _raw_key, path_key
+from gradtx._transforms.noise import path_key, raw_key
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -48,7 +48,7 @@ _OBJ_FN = (
 
 
 def _seed(value: Any, name: str) -> Any:
-    return _raw_key(0 if value is None else value, name)
+    return raw_key(0 if value is None else value, name)
 
 
 class HutchinsonEstimatorDiagHessian(Transformation):
