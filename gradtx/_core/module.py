@@ -7,10 +7,20 @@ Python function stored in a data field (a schedule written as `lambda step: ...`
 the static part, since it cannot be traced. Two equal static parts give equal treedefs, so an
 equal transformation never recompiles a jitted step that takes it as an argument.
 
-A hyperparameter given as a Python or NumPy number is kept as a NumPy float32 scalar
-(`np.float32`), not as a JAX array: it is still a leaf, so JAX traces it whenever the
-transformation is an argument of a jitted function, but it is no device buffer, and Flax NNX
-(whose `nnx.Optimizer` keeps its `tx` as static structure) does not count it as data.
+Hyperparameters given as Python or NumPy numbers are kept as NumPy float32 scalars
+(`np.float32`); arrays and tracers given explicitly become JAX float32 arrays. Both are pytree
+leaves, so:
+
+- passed as an argument of a jitted function, a transformation's hyperparameters are traced:
+  a new learning rate reuses the compiled program, and `jax.vmap` over stacked
+  transformations sweeps them. Each call copies the scalars to the device;
+  `jax.tree.map(jnp.asarray, tx)` keeps them there instead;
+- held as *static* structure, as Flax NNX's `nnx.Optimizer` holds its `tx`, a transformation
+  counts as no data (NNX treats `np.generic` as static, JAX and NumPy arrays as data). The
+  cost: there the values are constants of the compiled step, so a new learning rate means a
+  new transformation and `nnx.jit` traces the step again. To change a value without
+  recompiling, wrap the transformation in `gradtx.inject_hyperparams`, which keeps the values
+  in the optimizer state (data).
 """
 
 from __future__ import annotations
@@ -85,11 +95,9 @@ def _checked(value: Any, name: str, what: str, *, allow_bool: bool = True) -> An
 def as_float(value: Any, name: str = "value") -> Any:
     """Numeric hyperparameter -> float32 leaf; schedules and functions are kept as they are.
 
-    A Python or NumPy number becomes a NumPy float32 scalar (`np.float32`): a pytree leaf that
-    JAX traces like any array when the transformation is an argument of a jitted function, and
-    that libraries holding the transformation as static structure (Flax NNX's
-    `nnx.Optimizer`) do not count as data. An array or a tracer becomes a JAX float32 array.
-    float64 inputs are narrowed on purpose: hyperparameters are float32 whatever the params.
+    A Python or NumPy number becomes `np.float32`, an array or a tracer a JAX float32 array
+    (why: see this module's docstring). float64 inputs are narrowed on purpose:
+    hyperparameters are float32 whatever the params.
     """
     if value is None or isinstance(value, Module) or _is_static_callable(value):
         return value
@@ -176,8 +184,7 @@ def hyperparam(
 ) -> Any:
     """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
 
-    Numbers are stored as `np.float32` scalars, arrays and tracers as JAX float32 arrays
-    (see `as_float`). A known value (a number, a NumPy array, a JAX array that is no tracer)
+    Stored as `as_float` converts it. A known value (a number, a NumPy array, a JAX array that is no tracer)
     is validated at construction, every entry of an array: it must be finite and pass
     `check` (a function of the value returning what is wrong, or None). A traced value
     (inside `jit` or `vmap`) cannot be checked without its value on the host, so it is not.
@@ -304,20 +311,8 @@ class Module:
     converts numbers to float32 leaves. Converters run at construction (never when JAX
     rebuilds the object from leaves). Override `__check__` to validate arguments.
 
-    Hyperparameters given as Python or NumPy numbers are stored as NumPy float32 scalars
-    (`np.float32`); arrays and tracers given explicitly become JAX float32 arrays. Both are
-    pytree leaves, so:
-
-    - passed as an argument of a jitted function, a transformation's hyperparameters are
-      traced: a new learning rate reuses the compiled program, and `jax.vmap` over stacked
-      transformations sweeps them. Each call copies the scalars to the device (about a
-      microsecond each); `jax.tree.map(jnp.asarray, tx)` keeps them there instead;
-    - held as *static* structure, as Flax NNX's `nnx.Optimizer` holds its `tx`, a
-      transformation counts as no data (NNX treats `np.generic` as static, JAX and NumPy
-      arrays as data). The cost: there the values are constants of the compiled step, so a
-      new learning rate means a new transformation and `nnx.jit` traces the step again. To
-      change a value without recompiling, wrap the transformation in
-      `gradtx.inject_hyperparams`, which keeps the values in the optimizer state (data).
+    How hyperparameters are stored, and what that means under `jit` and in Flax NNX: see this
+    module's docstring.
 
     Examples:
         >>> class Scale(Module):

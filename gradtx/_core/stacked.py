@@ -135,16 +135,6 @@ class StackedTransform(PerArrayTransform):
         """
         return ((self.state_keys(), None),)
 
-    def init_group_leaf(self, param: Any, names: tuple[str, ...]) -> dict[str, Any]:
-        """Initial slots `names` for one (unstacked) leaf; the default calls `init_leaf`."""
-        return self.init_leaf(param)
-
-    def update_group_leaf(
-        self, names: tuple[str, ...]
-    ) -> Callable[[Any, dict, Any], tuple[Any, dict]]:
-        """The per-leaf math for paths keeping slots `names`; the default is `update_leaf`."""
-        return self.update_leaf
-
     def init_state(self, params: Params) -> dict:
         """Slots for every non-`None` leaf; stacked leaves get one slice per stacked index."""
         depth = resolve_stacked(self.stacked, params, self.name, strict=True)
@@ -153,10 +143,7 @@ class StackedTransform(PerArrayTransform):
         state: dict = {}
         for names, where in self.slot_groups(params, depth):
             for n, paths in _by_depth(params, depth, where):
-                if n == 0:
-                    leaf_init = lambda p, names=names: self.init_group_leaf(p, names)  # noqa: E731
-                else:
-                    leaf_init = self._stacked_init(names, n)
+                leaf_init = self._stacked_init(n) if n else self.init_leaf
                 part = init_slots(params, leaf_init, names, where=paths)
                 for name, values in part.items():
                     state.setdefault(name, {}).update(values)
@@ -164,11 +151,11 @@ class StackedTransform(PerArrayTransform):
             state.setdefault(name, {})
         return state
 
-    def _stacked_init(self, names: tuple[str, ...], n: int) -> Callable[[Any], dict]:
+    def _stacked_init(self, n: int) -> Callable[[Any], dict]:
         def leaf_init(param: Any) -> dict[str, Any]:
             stack, inner = tuple(param.shape[:n]), tuple(param.shape[n:])
             struct = jax.ShapeDtypeStruct(inner, param.dtype)
-            shapes = jax.eval_shape(lambda p: self.init_group_leaf(p, names), struct)
+            shapes = jax.eval_shape(self.init_leaf, struct)
             return {
                 k: jnp.zeros(s.shape if k in self.unstacked_slots else stack + s.shape, s.dtype)
                 for k, s in shapes.items()
@@ -189,9 +176,7 @@ class StackedTransform(PerArrayTransform):
                 where if selected is None else (selected if where is None else where & selected)
             )
             for n, paths in _by_depth(updates, depth, chosen):
-                leaf_update = self.update_group_leaf(names)
-                if n:
-                    leaf_update = self._stacked_update(leaf_update, n)
+                leaf_update = self._stacked_update(n) if n else self.update_leaf
                 updates, slots = update_slots(
                     leaf_update,
                     updates,
@@ -205,8 +190,8 @@ class StackedTransform(PerArrayTransform):
             state = {**state, **slots}
         return updates, state
 
-    def _stacked_update(self, leaf_update: Callable, n: int) -> Callable:
-        unstacked = self.unstacked_slots
+    def _stacked_update(self, n: int) -> Callable:
+        leaf_update, unstacked = self.update_leaf, self.unstacked_slots
 
         def stacked(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
             axes = {k: None if k in unstacked else 0 for k in slots}
