@@ -7,7 +7,6 @@ not, and `restore` says what did not match instead of guessing.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -18,14 +17,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._layouts.packed import Packed
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._state import safetensors_format
 from gradtx._state.fingerprint import describe, diff, hash_description
 from gradtx._state.renaming import apply_rename, check_rename
 from gradtx._state.restore_report import RestoreReport
 from gradtx._state.shardings import is_placed, place_state
-from gradtx._state.state_dict import StateMismatchError, load_state_dict, state_dict, unit_prefix
+from gradtx._state.state_dict import (
+    StateMismatchError,
+    load_state_dict,
+    merge_flat,
+    state_dict,
+)
 
 __all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
 
@@ -246,15 +249,17 @@ def restore(
     saved_params, saved_state = _split(shown, tensors)
     saved_params, saved_state = apply_rename(shown, moves, saved_params, saved_state)
 
-    params, found = _rebuild(params_like, saved_params)
+    params, found = merge_flat(params_like, saved_params, _place)
     state, loaded = load_state_dict(tx, params, saved_state, strict=False)
     state = place_state(state, tx, params, shard_over=shard_over)
     skipped = set(loaded.unexpected) | set(loaded.mismatched)
+    params_skipped = set(found.missing) | set(found.mismatched)
+    expected = state_dict(params_like)
     report = RestoreReport(
-        params_matched=tuple(found.matched),
-        params_new=tuple(found.new),
-        params_dropped=tuple(p for p in saved_params if p not in found.expected),
-        params_changed=found.changed,
+        params_matched=tuple(p for p in expected if p not in params_skipped),
+        params_new=found.missing,
+        params_dropped=found.unexpected,
+        params_changed=found.mismatched,
         state_matched=tuple(k for k in saved_state if k not in skipped),
         state_new=loaded.missing,
         state_dropped=loaded.unexpected,
@@ -271,9 +276,11 @@ def restore(
             "initialise new or changed state and drop the rest (the report says which), or "
             "rename={'old/path': 'new/path'} for subtrees that moved.",
         )
-    if found.valueless:
+    shapes_only = [p for p, x in expected.items() if isinstance(x, jax.ShapeDtypeStruct)]
+    valueless = [p for p in shapes_only if p in params_skipped]
+    if valueless:
         raise ValueError(
-            f"restore: {shown!r} holds no usable value for the params {found.valueless[:10]}, "
+            f"restore: {shown!r} holds no usable value for the params {valueless[:10]}, "
             "and params_like has only their shapes (jax.ShapeDtypeStruct) there; pass arrays "
             "(a freshly initialised model) for params_like."
         )
@@ -373,68 +380,6 @@ def _split(shown: str, tensors: dict[str, np.ndarray]) -> tuple[dict, dict]:
             f"{_PARAMS}... nor {_STATE}...): {others[:5]}."
         )
     return params, state
-
-
-def _signature(x: Any) -> tuple[tuple[int, ...], str]:
-    dtype = x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
-    return tuple(np.shape(x)), np.dtype(dtype).name
-
-
-@dataclasses.dataclass
-class _Found:
-    """How the saved params matched `params_like`, path by path."""
-
-    expected: set[str]
-    matched: list[str] = dataclasses.field(default_factory=list)
-    new: list[str] = dataclasses.field(default_factory=list)
-    changed: dict[str, tuple] = dataclasses.field(default_factory=dict)
-    valueless: list[str] = dataclasses.field(default_factory=list)  # new, and only a shape
-
-
-def _rebuild(like: Any, saved: dict[str, np.ndarray]) -> tuple[Any, _Found]:
-    """Params shaped like `like`, from `saved` where a path's shape and dtype agree."""
-    found = _Found(expected=set(state_dict(like)))
-    paths, leaves, treedef = flatten(like)
-    out = []
-    for path, leaf in zip(paths, leaves):
-        if isinstance(leaf, Packed):
-            # Named as state_dict names a unit's paths, which is how `save` named them.
-            out.append(_rebuild_packed(unit_prefix(path), leaf, saved, found))
-        elif leaf is None or is_unit(leaf):
-            out.append(leaf)
-        else:
-            value = _take(path, leaf, saved, found)
-            out.append(leaf if value is leaf else _place(value, leaf))
-    return treedef.unflatten(out), found
-
-
-def _take(name: str, like: Any, saved: dict[str, np.ndarray], found: _Found) -> Any:
-    """The saved array at `name`, or `like` when there is none of its shape and dtype."""
-    if name not in saved:
-        found.new.append(name)
-    elif _signature(saved[name]) != _signature(like):
-        found.changed[name] = (_signature(saved[name]), _signature(like))
-    else:
-        found.matched.append(name)
-        return saved[name]
-    if isinstance(like, jax.ShapeDtypeStruct):
-        found.valueless.append(name)
-    return like
-
-
-def _rebuild_packed(prefix: str, like: Packed, saved: dict, found: _Found) -> Packed:
-    groups: list[list] = [[] for _ in like.buffers]
-    for spec, (name, part) in zip(like.layout.specs, like.items(prefix)):
-        groups[spec.group].append(_take(name, part, saved, found))
-    buffers = []
-    for parts, old in zip(groups, like.buffers):
-        if not parts or any(isinstance(p, jax.ShapeDtypeStruct) for p in parts):
-            buffers.append(old)  # nothing to fill, or no value for some path (raised later)
-        else:
-            # Joined on the host: one transfer per buffer, the bytes exactly as saved.
-            joined = np.concatenate([np.ravel(np.asarray(p)) for p in parts])
-            buffers.append(_place(joined.reshape(np.shape(old)), old))
-    return like.replace(tuple(buffers))
 
 
 def _place(value: np.ndarray, like: Any) -> jax.Array:

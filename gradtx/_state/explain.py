@@ -119,15 +119,11 @@ class Explanation:
 _MANY_LEAVES = 500
 
 
-def _holds_bucketed(tx: Any) -> bool:
-    nodes = jax.tree.leaves(tx, is_leaf=lambda n: isinstance(n, Bucketed))
-    return any(isinstance(n, Bucketed) for n in nodes)
-
-
 def _layout_hint(tx: Any, params: Any) -> str:
     """A suggestion for trees of many small leaves not already in flat buffers."""
     leaves = [x for x in flatten(params)[1] if x is not None]
-    if any(is_unit(x) for x in leaves) or _holds_bucketed(tx):
+    nodes = jax.tree.leaves(tx, is_leaf=lambda n: isinstance(n, Bucketed))
+    if any(is_unit(x) for x in leaves) or any(isinstance(n, Bucketed) for n in nodes):
         return ""
     small = sum(1 for x in leaves if math.prod(np.shape(x)) < LARGE_LEAF)
     if small < _MANY_LEAVES:
@@ -141,22 +137,16 @@ def _layout_hint(tx: Any, params: Any) -> str:
 
 def _row(path: str, steps: list[tuple[str, dict]], dtypes: dict[str, str]) -> ExplainRow:
     frozen = any(name == "frozen" for name, _ in steps)
+    flat = {f"{name}/{key}": value for name, values in steps for key, value in values.items()}
+    wd = sum((values.get("weight_decay", 0.0) for _, values in steps), 0.0)
+    b1 = next((values["b1"] for _, values in steps if "b1" in values), None)
+    b2 = next((values["b2"] for _, values in steps if "b2" in values), None)
     lr: float | None = None
-    wd, b1, b2 = 0.0, None, None
-    flat: dict[str, float] = {}
     for name, values in steps:
-        for key, value in values.items():
-            flat[f"{name}/{key}"] = value
         if "learning_rate" in values:
             lr = (1.0 if lr is None else lr) * values["learning_rate"]
         if name == "scale" and "step_size" in values:
             lr = (1.0 if lr is None else lr) * values["step_size"]
-        if "weight_decay" in values:
-            wd += values["weight_decay"]
-        if b1 is None and "b1" in values:
-            b1 = values["b1"]
-        if b2 is None and "b2" in values:
-            b2 = values["b2"]
     if frozen:
         lr, wd = 0.0, 0.0
     return ExplainRow(path, tuple(n for n, _ in steps), lr, wd, b1, b2, frozen, dtypes, flat)
@@ -171,11 +161,8 @@ def _layout_notes(tx: Any, params: Any, axis: str) -> dict[str, str]:
             notes.setdefault(slot.param, {})[name] = slot.note
     out = {}
     for path, by_slot in notes.items():
-        distinct = set(by_slot.values())
-        if len(distinct) == 1:
-            out[path] = distinct.pop()
-        else:
-            out[path] = "; ".join(f"{name}: {note}" for name, note in by_slot.items())
+        joined = "; ".join(f"{name}: {note}" for name, note in by_slot.items())
+        out[path] = joined if len(set(by_slot.values())) > 1 else next(iter(by_slot.values()))
     return out
 
 
@@ -221,9 +208,8 @@ def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = Non
         warnings.simplefilter("always")
         abstract = jax.eval_shape(tx.init, params)
     dtypes: dict[str, dict[str, str]] = {p: {} for p in paths}
-    known = set(paths)
     for key, value in state_dict(abstract).items():
-        owner = owning_path(key, known)
+        owner = owning_path(key, dtypes)
         if owner is not None:
             slot = key[: -len(owner)].rstrip("/")
             name: str = jnp.dtype(value.dtype).name

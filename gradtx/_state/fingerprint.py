@@ -100,35 +100,29 @@ def _node(treedef: Any) -> Any:
     kind, data = treedef.node_data()
     if kind is Bucketed:  # a storage layout: the same state keys as its inner transformation
         return _node(children[0])
-    if isinstance(kind, type) and issubclass(kind, Module):
-        fields, statics = data
-        settings = {name: _short(_text(value)) for name, value in statics}
-        named = list(zip(fields, children))
-        if len(named) == 1 and _is_container(named[0][1]):
-            # The steps of a chain or the groups of a partition, by the names their states get.
-            names = dict(statics).get("names")
-            inner = _container_children(named[0][1])
-            if isinstance(names, tuple) and len(names) == len(inner):
-                settings.pop("names")
-                inner = [[str(n), c] for n, (_, c) in zip(names, inner)]
-            named = inner
-        else:
-            named = [[name, _node(c)] for name, c in named]
-        label = dict(statics).get("label")
-        name = label if isinstance(label, str) and label else _class_name(kind)
+    name = kind.__qualname__
+    if not (isinstance(kind, type) and issubclass(kind, Module)):
+        settings = {} if kind in (tuple, list, dict, type(None)) else {"data": _short(_text(data))}
+        named = _container_children(treedef)
         return {"type": kind.__qualname__, "name": name, "settings": settings, "children": named}
-    settings = {} if kind in (tuple, list, dict, type(None)) else {"data": _short(_text(data))}
-    return {
-        "type": kind.__qualname__,
-        "name": kind.__qualname__,
-        "settings": settings,
-        "children": _container_children(treedef),
-    }
-
-
-def _class_name(kind: type) -> str:
-    name = getattr(kind, "name", None)
-    return name if isinstance(name, str) else kind.__qualname__
+    fields, statics = data
+    settings = {field: _short(_text(value)) for field, value in statics}
+    named = list(zip(fields, children))
+    if len(named) == 1 and _is_container(named[0][1]):
+        # The steps of a chain or the groups of a partition, by the names their states get.
+        names = dict(statics).get("names")
+        named = _container_children(named[0][1])
+        if isinstance(names, tuple) and len(names) == len(named):
+            settings.pop("names")
+            named = [[str(n), c] for n, (_, c) in zip(names, named)]
+    else:
+        named = [[field, _node(c)] for field, c in named]
+    label, class_name = dict(statics).get("label"), getattr(kind, "name", None)
+    if isinstance(label, str) and label:
+        name = label
+    elif isinstance(class_name, str):
+        name = class_name
+    return {"type": kind.__qualname__, "name": name, "settings": settings, "children": named}
 
 
 def _is_container(treedef: Any) -> bool:
@@ -202,12 +196,10 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
         out.append(f"{path}: {_display(old)} -> {_display(new)}")
         return
     a, b = old["settings"], new["settings"]
-    for key in [*a, *(k for k in b if k not in a)]:
+    for key in {**a, **b}:  # the saved settings' order, then the new ones
         if a.get(key) != b.get(key):
             out.append(f"{path}: {key} {a.get(key, '(none)')} -> {b.get(key, '(none)')}")
     old_children, new_children = old["children"], new["children"]
-    old_names = [n for n, _ in old_children]
-    new_names = [n for n, _ in new_children]
     if len(old_children) == len(new_children):
         for i, ((m, x), (n, y)) in enumerate(zip(old_children, new_children)):
             if m == n:
@@ -215,6 +207,7 @@ def _diff(old: Any, new: Any, path: str, out: list[str]) -> None:
             else:  # another step in this place: its insides are not comparable
                 out.append(f"{path}/{i}: {m} -> {n}")
         return
+    old_names, new_names = [n for n, _ in old_children], [n for n, _ in new_children]
     out.append(f"{path}: steps {old_names} -> {new_names}")
     by_name = dict(old_children)
     for n, y in new_children:

@@ -23,13 +23,13 @@ from jax.core import Tracer
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
 from gradtx._combinators.partition import Partition
+from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import leaves
 from gradtx._schedules.base import Schedule
 from gradtx._schedules.stateful import StatefulSchedule, WrappedSchedule
 from gradtx._state.state_dict import (
     LoadReport,
     StateMismatchError,
-    join_key,
     load_state_dict,
     state_dict,
 )
@@ -110,6 +110,14 @@ class _Walk:
             )
         self.flat[key] = value
 
+    def offer(self, key: str, value: Any, where: str, unplaced: list[str]) -> None:
+        """`put` where the template has `key`; else keep it under `key`, listed in `unplaced`."""
+        if key in self.template:
+            self.put(key, value, where)
+        else:
+            unplaced.append(key)
+            self.flat[key] = value
+
     def put_count(self, key: str, value: Any, where: str) -> None:
         """`put` a step count, in gradtx's dtype where the template has `key`."""
         value = jnp.asarray(value)
@@ -156,7 +164,7 @@ def _match_chain(walk: _Walk, tx: Chain, ostate: Any, prefix: str, where: str) -
             f"gradtx's {tx.label} of {_steps(len(tx.transforms))} {list(tx.names)}",
         )
     for i, (name, child) in enumerate(zip(tx.names, tx.transforms)):
-        _match(walk, child, steps[i], join_key(prefix, name), f"{where}[{i}]")
+        _match(walk, child, steps[i], join_path(prefix, name), f"{where}[{i}]")
 
 
 def _match_partition(walk: _Walk, tx: Partition, ostate: Any, prefix: str, where: str) -> None:
@@ -173,31 +181,28 @@ def _match_partition(walk: _Walk, tx: Partition, ostate: Any, prefix: str, where
         )
     for label, child in tx.transforms.items():
         here = f"{where}.inner_states[{label!r}]"
-        _match(walk, child, inner[label], join_key(prefix, str(label)), here)
+        _match(walk, child, inner[label], join_path(prefix, str(label)), here)
 
 
 def _match_inject(walk: _Walk, tx: InjectHyperparams, ostate: Any, prefix: str, where: str) -> None:
     fields = _fields(ostate) or ()
     if not {"count", "hyperparams", "inner_state"} <= set(fields):
         raise walk.mismatch(where, ostate, prefix, f"gradtx's inject_hyperparams({tx.label})")
-    walk.put_count(join_key(prefix, "count"), ostate.count, f"{where}.count")
+    walk.put_count(join_path(prefix, "count"), ostate.count, f"{where}.count")
     schedule_states = getattr(ostate, "hyperparams_states", {})
     if _has_arrays(schedule_states):
         for name, own in schedule_states.items():
             _match_schedule_state(walk, tx, ostate, name, own, prefix, where)
-    names = []
+    names: list[str] = []
     for name, value in ostate.hyperparams.items():
-        key = join_key(prefix, f"hyperparams/{name}")
-        if key in walk.template:
-            walk.put(key, _hyperparameter(value, walk.template[key]), f"{where}.hyperparams")
-        else:
-            names.append(key)
-            walk.flat[key] = value
+        key = join_path(prefix, f"hyperparams/{name}")
+        own = walk.template.get(key, value)
+        walk.offer(key, _hyperparameter(value, own), f"{where}.hyperparams", names)
     if names:
         walk.unplaced.append((f"{where}.hyperparams ({_describe(ostate)})", names))
     # The inner transformation as built at step 0: its structure is all the walk needs.
     inner = tx.build(tx._values(jnp.zeros((), jnp.int32), None))
-    _match(walk, inner, ostate.inner_state, join_key(prefix, "inner"), f"{where}.inner_state")
+    _match(walk, inner, ostate.inner_state, join_path(prefix, "inner"), f"{where}.inner_state")
 
 
 def _is_wrapped_schedule_state(x: Any) -> bool:
@@ -231,7 +236,7 @@ def _match_schedule_state(
             )
         return
     if _is_wrapped_schedule_state(own) and isinstance(schedule, WrappedSchedule):
-        walk.put_count(join_key(prefix, f"schedule_states/{name}"), own.count, here)
+        walk.put_count(join_path(prefix, f"schedule_states/{name}"), own.count, here)
         return
     kind = "a number" if schedule is not None else "no such hyperparameter"
     if isinstance(schedule, (Schedule, StatefulSchedule)):
@@ -298,24 +303,19 @@ def _pool(
             f"from_optax: optax's state at {where} ({kind}) has the fields {unknown}, which "
             "from_optax does not know; this optax version's state is not supported."
         )
-    unplaced = []
+    unplaced: list[str] = []
     for field, slot in per_path.items():
         for path, value in leaves(getattr(ostate, field)).items():
             if value is None:
                 continue
-            key = join_key(prefix, f"{slot}/{path}")
-            if key in walk.template:
-                walk.put(key, value, f"{where}.{field}")
-            else:
-                unplaced.append(key)
-                walk.flat[key] = value
+            walk.offer(join_path(prefix, f"{slot}/{path}"), value, f"{where}.{field}", unplaced)
     for field, slot in counts.items():
         count = jnp.asarray(getattr(ostate, field))
-        keys = walk.under(join_key(prefix, slot))
+        keys = walk.under(join_path(prefix, slot))
         for key in keys:
             walk.put_count(key, count, f"{where}.{field}")
         if not keys:
-            key = join_key(prefix, slot)
+            key = join_path(prefix, slot)
             unplaced.append(key)
             walk.flat[key] = count
     if unplaced:

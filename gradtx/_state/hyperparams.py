@@ -11,10 +11,11 @@ import numpy as np
 from jax.core import Tracer
 
 from gradtx._combinators.inject import InjectState
+from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import owning_path, path_of
 from gradtx._paths.selectors import select
 from gradtx._paths.subset import present_paths
-from gradtx._state.state_dict import join_key, load_state_dict, state_dict
+from gradtx._state.state_dict import load_state_dict, state_dict
 
 __all__ = ["hyperparams", "reset", "set_hyperparams"]
 
@@ -32,7 +33,7 @@ def _walk(state: Any, prefix: str, visit: Any) -> Any:
     out = []
     for key_path, leaf in key_leaves:
         if _is_inject(leaf):
-            here = join_key(prefix, path_of(key_path)) if key_path else prefix
+            here = join_path(prefix, path_of(key_path))
             leaf = visit(here, leaf)
             leaf = leaf.replace(inner=_walk(leaf.inner, here, visit))
         out.append(leaf)
@@ -63,7 +64,7 @@ def hyperparams(state: Any) -> dict[str, jax.Array]:
 
     def visit(prefix: str, node: InjectState) -> InjectState:
         for name, value in node.hyperparams.items():
-            key = join_key(prefix, name)
+            key = join_path(prefix, name)
             if key in found:
                 raise ValueError(
                     f"hyperparams: two injected hyperparameters are both named {key!r}; give "
@@ -119,7 +120,7 @@ def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
     def visit(prefix: str, node: InjectState) -> InjectState:
         new = dict(node.hyperparams)
         for name, old in node.hyperparams.items():
-            key = join_key(prefix, name)
+            key = join_path(prefix, name)
             if key not in values:
                 continue
             if name in node.scheduled:
@@ -186,10 +187,7 @@ def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:
     """
     chosen = set(select(params, where, argument="reset(where=...)"))
     paths = set(present_paths(params))
-    old, fresh = state_dict(state), state_dict(tx.init(params))
-    merged = dict(old)
-    for key, value in fresh.items():
-        if owning_path(key, paths) in chosen:
-            merged[key] = value
-    new_state, _ = load_state_dict(tx, params, merged)
+    fresh = state_dict(tx.init(params))
+    renewed = {key: value for key, value in fresh.items() if owning_path(key, paths) in chosen}
+    new_state, _ = load_state_dict(tx, params, {**state_dict(state), **renewed})
     return new_state

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from gradtx._layouts.step_counts import StepCounts
-from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
+from gradtx._paths.paths import flatten, is_unit, leaves, owning_path, path_of
 from gradtx._state.state_dict import state_dict
 
 __all__ = ["tree_map_params"]
@@ -20,19 +20,17 @@ _SHOWN = 6
 def _by_path(tree: Any, is_leaf: Callable[[Any], bool] | None, name: str) -> dict[str, Any]:
     """`{path: leaf}` of a params-shaped tree (`is_leaf` stops the flattening early)."""
     if is_leaf is None:
-        paths, leaves, _ = flatten(tree)
+        found = leaves(tree)
     else:
-        found, _ = jax.tree_util.tree_flatten_with_path(
-            tree, is_leaf=lambda x: x is None or is_leaf(x)
-        )
-        paths, leaves = [path_of(kp) for kp, _ in found], [x for _, x in found]
-    for path, leaf in zip(paths, leaves):
+        pairs = jax.tree_util.tree_flatten_with_path(tree, lambda x: x is None or is_leaf(x))[0]
+        found = {path_of(kp): x for kp, x in pairs}
+    for path, leaf in found.items():
         if is_unit(leaf):
             raise TypeError(
                 f"tree_map_params: `{name}` holds packed params (gradtx.pack) at {path!r}; "
                 "pass the unpacked tree (`packed.unpack()`) or its `jax.ShapeDtypeStruct`s."
             )
-    return dict(zip(paths, leaves))
+    return found
 
 
 def _check_state(tx: Any, state: Any, params: Any) -> None:
@@ -125,12 +123,10 @@ def tree_map_params(
         )
     columns = [_by_path(tree, is_leaf, f"rest[{i}]") for i, tree in enumerate(rest)]
     known = {p for p, x in reference.items() if x is not None}
-    keys, leaves, treedef = flatten(state)
-    out = []
-    for key, value in zip(keys, leaves):
+
+    def one(key: str, value: Any) -> Any:
         if value is None:
-            out.append(None)
-            continue
+            return None
         if is_unit(value) and not isinstance(value, StepCounts):
             raise TypeError(
                 f"tree_map_params: the state at key {key!r} keeps packed buffers (gradtx.pack "
@@ -143,18 +139,17 @@ def tree_map_params(
             shape = getattr(reference[owner], "shape", None)
             if shape is not None and tuple(np.shape(value)) != tuple(shape):
                 owner = None
+        if owner is None and transform_non_params is not None:
+            return jax.tree.map(transform_non_params, value)
         if owner is None:
-            if transform_non_params is not None:
-                value = jax.tree.map(transform_non_params, value)
-            out.append(value)
-            continue
-        extra = []
+            return value
         for i, column in enumerate(columns):
             if owner not in column:
                 raise KeyError(
                     f"tree_map_params: `rest[{i}]` has no leaf at the parameter path {owner!r} "
                     f"(state key {key!r}); its paths are {list(column)[:_SHOWN]}."
                 )
-            extra.append(column[owner])
-        out.append(f(value, *extra))
-    return treedef.unflatten(out)
+        return f(value, *(column[owner] for column in columns))
+
+    keys, values, treedef = flatten(state)
+    return treedef.unflatten([one(key, value) for key, value in zip(keys, values)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gradtx._paths.paths import owning_path
@@ -46,14 +46,12 @@ def apply_rename(
     """
     if not moves:
         return params, state
-    used: set[str] = set()
+    used: set[str | None] = set()
 
     def move(path: str) -> str:
-        old = _longest_prefix(moves, path)
-        if old is None:
-            return path
+        new, old = _moved(moves, path)
         used.add(old)
-        return moves[old] + path[len(old) :]
+        return new
 
     def move_key(key: str) -> str:
         # A state key ends with the params path it belongs to (`adam/mu/enc/w`); keys of no
@@ -75,20 +73,20 @@ def apply_rename(
 def old_paths(moves: dict, new_paths: list[str]) -> list[str]:
     """The paths that `moves` turns into `new_paths` (each new path read back to its old name)."""
     back = {new: old for old, new in moves.items()}
-    out = []
-    for path in new_paths:
-        new = _longest_prefix(back, path)
-        out.append(path if new is None else back[new] + path[len(new) :])
-    return out
+    return [_moved(back, path)[0] for path in new_paths]
 
 
-def _longest_prefix(prefixes: Iterable[str], path: str) -> str | None:
-    """The longest of `prefixes` that is `path` or a folder above it, or None.
+def _moved(moves: Mapping[str, str], path: str) -> tuple[str, str | None]:
+    """`path` with its longest prefix in `moves` replaced, and that prefix (None if none).
 
-    The longest wins, so `{"enc": ..., "enc/head": ...}` moves `enc/head` on its own.
+    A prefix is `path` itself or a folder above it; the longest wins, so
+    `{"enc": ..., "enc/head": ...}` moves `enc/head` on its own.
     """
-    hits = [p for p in prefixes if path == p or path.startswith(p + "/")]
-    return max(hits, key=len) if hits else None
+    hits = [p for p in moves if path == p or path.startswith(p + "/")]
+    if not hits:
+        return path, None
+    old = max(hits, key=len)
+    return moves[old] + path[len(old) :], old
 
 
 def _renamed(shown: str, flat: dict, move: Callable[[str], str], owner: str) -> dict:

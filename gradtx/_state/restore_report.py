@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RestoreReport"]
+__all__ = ["RestoreReport", "listing"]
+
+
+def listing(title: str, names: Sequence[str]) -> list[str]:
+    """`["title (count): a, b, ..."]` naming the first ten, or `[]` when there are none."""
+    if not names:
+        return []
+    more = ", ..." if len(names) > 10 else ""
+    return [f"{title} ({len(names)}): {', '.join(names[:10])}{more}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +83,10 @@ class RestoreReport:
         )
 
     def __str__(self) -> str:
-        lines = []
+        lines: list[str] = []
         for part in ("params", "state"):
-            new, dropped = getattr(self, f"{part}_new"), getattr(self, f"{part}_dropped")
-            for title, names in (("new", new), ("dropped", dropped)):
-                if names:
-                    more = ", ..." if len(names) > 10 else ""
-                    lines.append(f"{part} {title} ({len(names)}): {', '.join(names[:10])}{more}")
+            lines += listing(f"{part} new", getattr(self, f"{part}_new"))
+            lines += listing(f"{part} dropped", getattr(self, f"{part}_dropped"))
             for name, (got, want) in list(getattr(self, f"{part}_changed").items())[:10]:
                 lines.append(f"{part} changed: {name}: saved {got}, expected {want}")
         if self.fingerprint_changed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -15,6 +15,7 @@ from gradtx._layouts.step_counts import StepCounts, group_counts
 from gradtx._paths.paths import flatten, is_unit, owning_path
 from gradtx._paths.subset import present_paths
 from gradtx._state.renaming import apply_rename, check_rename, old_paths
+from gradtx._state.restore_report import listing
 
 __all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
 
@@ -43,19 +44,10 @@ class LoadReport:
         return not (self.missing or self.unexpected or self.mismatched or self.reinitialised)
 
     def __str__(self) -> str:
-        lines = []
-        for title, keys in (("missing", self.missing), ("unexpected", self.unexpected)):
-            if keys:
-                lines.append(f"{title} ({len(keys)}): " + ", ".join(keys[:10]))
-                if len(keys) > 10:
-                    lines[-1] += ", ..."
+        lines = listing("missing", self.missing) + listing("unexpected", self.unexpected)
         for key, (got, want) in list(self.mismatched.items())[:10]:
             lines.append(f"changed: {key}: loaded {got}, expected {want}")
-        if self.reinitialised:
-            shown = ", ".join(self.reinitialised[:10])
-            lines.append(
-                f"re-initialised, every slot and count ({len(self.reinitialised)}): {shown}"
-            )
+        lines += listing("re-initialised, every slot and count", self.reinitialised)
         return "\n".join(lines) or "all keys matched"
 
 
@@ -121,62 +113,57 @@ def unit_prefix(path: str) -> str:
     return path[:-1] if path.endswith("/") else path
 
 
-def join_key(prefix: str, name: str) -> str:
-    """`prefix/name` as a `state_dict` key, or `name` alone at the root."""
-    return f"{prefix}/{name}" if prefix else name
-
-
 def _signature(x: Any) -> tuple[tuple[int, ...], str]:
     return tuple(np.shape(x)), str(jnp.result_type(x))
 
 
-def _take(key: str, default: Any, flat: dict[str, Any], missing: list, mismatched: dict) -> Any:
-    """The loaded entry `key`, or `default` (reported missing or changed) when it does not fit."""
-    if key not in flat:
-        missing.append(key)
-        return default
-    if _signature(flat[key]) != _signature(default):
-        mismatched[key] = (_signature(flat[key]), _signature(default))
-        return default
-    value = flat[key]
+def _as_array(value: Any, like: Any) -> Any:
     return value if isinstance(value, jax.Array) else jnp.asarray(value)
 
 
-def _merge(template: Any, flat: dict[str, Any]) -> tuple[Any, LoadReport]:
-    paths, leaves, treedef = flatten(template)
-    expected = {p for p, x in zip(paths, leaves) if x is not None and not is_unit(x)}
-    missing, mismatched, out = [], {}, []
-    for path, leaf in zip(paths, leaves):
-        if is_unit(leaf):
-            expected.update(leaf.paths(unit_prefix(path)))
-            out.append(_merge_unit(unit_prefix(path), leaf, flat, missing, mismatched))
-        elif leaf is None:
-            out.append(None)
+class _Filling:
+    """Entries of a flat `{key: array}` taken into a template, and what did not fit."""
+
+    def __init__(self, flat: dict[str, Any], place: Callable[[Any, Any], Any]) -> None:
+        self.flat, self.place = flat, place
+        self.missing: list[str] = []
+        self.mismatched: dict[str, tuple] = {}
+
+    def take(self, key: str, default: Any) -> Any:
+        """The entry `key` as it was loaded, or `default` (reported) when it does not fit."""
+        if key not in self.flat:
+            self.missing.append(key)
+        elif _signature(self.flat[key]) != _signature(default):
+            self.mismatched[key] = (_signature(self.flat[key]), _signature(default))
         else:
-            out.append(_take(path, leaf, flat, missing, mismatched))
-    unexpected = tuple(k for k in flat if k not in expected)
-    report = LoadReport(tuple(missing), unexpected, mismatched)
-    return treedef.unflatten(out), report
+            return self.flat[key]
+        return default
 
+    def fit(self, key: str, default: Any) -> Any:
+        """`take`, placed as `place(value, default)` says."""
+        value = self.take(key, default)
+        return default if value is default else self.place(value, default)
 
-def _merge_unit(
-    path: str, template: Any, flat: dict[str, Any], missing: list, mismatched: dict
-) -> Any:
-    """Assemble a packed state's buffers from per-path entries (template where absent)."""
-    if isinstance(template, StepCounts):  # paths with equal loaded counts share one
-        counts = {
-            name: _take(key, default, flat, missing, mismatched)
-            for (key, default), name in zip(template.items(path), template)
-        }
-        return group_counts(counts, like=template)
-    if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
-        return template
-    by_group: list[list] = [[] for _ in template.buffers]
-    for spec, (key, default) in zip(template.layout.specs, template.items(path)):
-        by_group[spec.group].append((key, _take(key, default, flat, missing, mismatched)))
-    buffers = []
-    for group, entries in enumerate(by_group):
-        old = template.buffers[group]
+    def unit(self, path: str, template: Any) -> Any:
+        """Assemble a packed unit's buffers from per-path entries (template where absent)."""
+        if isinstance(template, StepCounts):  # paths with equal loaded counts share one
+            counts = {
+                name: self.fit(key, d) for (key, d), name in zip(template.items(path), template)
+            }
+            return group_counts(counts, like=template)
+        if not isinstance(template, Packed):  # a unit without per-path state (bucket offsets)
+            return template
+        by_group: list[list] = [[] for _ in template.buffers]
+        for spec, (key, default) in zip(template.layout.specs, template.items(path)):
+            by_group[spec.group].append((key, self.take(key, default)))
+        return template.replace(
+            tuple(self._buffer(path, e, old) for e, old in zip(by_group, template.buffers))
+        )
+
+    def _buffer(self, path: str, entries: list[tuple[str, Any]], old: Any) -> Any:
+        parts = [v for _, v in entries]
+        if not parts or any(isinstance(p, jax.ShapeDtypeStruct) for p in parts):
+            return old  # nothing to fill, or no value for some path (the caller says so)
         if np.ndim(old) == 0:  # one value shared by the buffer's paths: they must agree
             values = {key: np.asarray(v).item() for key, v in entries}
             if len(set(values.values())) > 1:
@@ -187,11 +174,36 @@ def _merge_unit(
                     f"{ {k: v for v, k in list(example.items())[:4]} } (a step count cannot "
                     "differ between the leaves of one buffer)."
                 )
-            buffers.append(jnp.asarray(entries[0][1], old.dtype) if entries else old)
+            return self.place(jnp.asarray(parts[0], old.dtype), old)
+        if all(isinstance(p, np.ndarray) for p in parts):
+            # Joined on the host: one transfer per buffer, the bytes exactly as loaded.
+            joined = np.concatenate([np.ravel(p) for p in parts]).reshape(np.shape(old))
         else:
-            parts = [v for _, v in entries]
-            buffers.append(join_leaves(parts, np.shape(old)) if parts else old)
-    return template.replace(tuple(buffers))
+            joined = join_leaves(parts, np.shape(old))
+        return self.place(joined, old)
+
+
+def merge_flat(
+    template: Any, flat: dict[str, Any], place: Callable[[Any, Any], Any] = _as_array
+) -> tuple[Any, LoadReport]:
+    """`template` with each entry of `flat` that fits its key's shape and dtype.
+
+    Keys are `state_dict`'s. A taken entry is put in as `place(value, template's leaf)`
+    gives it; the report lists the keys left as in `template` and the entries not used.
+    """
+    paths, leaves, treedef = flatten(template)
+    filling = _Filling(flat, place)
+    expected = {p for p, x in zip(paths, leaves) if x is not None and not is_unit(x)}
+    out = []
+    for path, leaf in zip(paths, leaves):
+        if is_unit(leaf):
+            expected.update(leaf.paths(unit_prefix(path)))
+            out.append(filling.unit(unit_prefix(path), leaf))
+        else:
+            out.append(None if leaf is None else filling.fit(path, leaf))
+    unexpected = tuple(k for k in flat if k not in expected)
+    report = LoadReport(tuple(filling.missing), unexpected, filling.mismatched)
+    return treedef.unflatten(out), report
 
 
 def load_state_dict(
@@ -243,13 +255,13 @@ def load_state_dict(
         saved = dict.fromkeys(old_paths(moves, sorted(param_paths)))
         _, flat = apply_rename("the state", moves, saved, flat, "load_state_dict")
     template = tx.init(params)
-    state, report = _merge(template, flat)
+    state, report = merge_flat(template, flat)
     if report.mismatched:
         owners = (owning_path(k, param_paths) for k in report.mismatched)
         changed = {owner for owner in owners if owner is not None}
         if changed:  # every slot of a changed path anew, its count too
             kept = {k: v for k, v in flat.items() if owning_path(k, param_paths) not in changed}
-            state, again = _merge(template, kept)
+            state, again = merge_flat(template, kept)
             missing = tuple(k for k in again.missing if owning_path(k, param_paths) not in changed)
             report = LoadReport(
                 missing, report.unexpected, report.mismatched, tuple(sorted(changed))

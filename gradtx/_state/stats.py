@@ -8,8 +8,8 @@ import jax
 
 from gradtx._combinators.inject import InjectState
 from gradtx._core.statistics import is_statistics
+from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import path_of
-from gradtx._state.state_dict import join_key
 
 __all__ = ["stats"]
 
@@ -21,23 +21,23 @@ def _is_marked(x: Any) -> bool:
 def _collect(tree: Any, prefix: str, out: dict[str, Any], hyperparams: bool = True) -> None:
     found, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_marked)
     for key_path, node in found:
-        where = join_key(prefix, path_of(key_path)) if key_path else prefix
+        where = join_path(prefix, path_of(key_path))
         if isinstance(node, InjectState):
             if hyperparams:
                 for name, value in node.hyperparams.items():
-                    out[join_key(where, f"hyperparams/{name}")] = value
-            _collect(node.inner, join_key(where, "inner"), out, hyperparams)
+                    out[join_path(where, f"hyperparams/{name}")] = value
+            _collect(node.inner, join_path(where, "inner"), out, hyperparams)
         elif is_statistics(node):
             for name in sorted(node):
                 value = node[name]
                 if is_statistics(value):  # per-path values: every leaf is one
                     per_path, _ = jax.tree_util.tree_flatten_with_path(value)
                     for kp, leaf in per_path:
-                        out[join_key(where, f"{name}/{path_of(kp)}")] = leaf
+                        out[join_path(where, f"{name}/{path_of(kp)}")] = leaf
                 elif getattr(value, "shape", None) == ():  # a scalar (also traced)
-                    out[join_key(where, name)] = value
+                    out[join_path(where, name)] = value
                 else:  # a wrapper's inner state: its statistics are found in turn
-                    _collect(value, join_key(where, name), out, hyperparams)
+                    _collect(value, join_path(where, name), out, hyperparams)
 
 
 def statistics_in(state: Any) -> dict[str, jax.Array]:
