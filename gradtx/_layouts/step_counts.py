@@ -18,6 +18,8 @@ otherwise not notice that the params it meets are not those it was made for.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = ["StepCounts", "aligned", "group_counts", "next_count", "split_where_a
 Shape = tuple[int, ...]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class CountLayout:
     """Which paths share which count: `groups[i]` holds the paths of the i-th value.
 
@@ -44,21 +47,22 @@ class CountLayout:
     known, holds the shape of each path's parameter at `init`, in `order`.
     """
 
-    __slots__ = ("_hash", "_nnx_keys", "groups", "index", "order", "shape_by_path", "shapes")
+    groups: tuple[tuple[str, ...], ...]
+    order: tuple[str, ...]
+    shapes: tuple[Shape, ...] | None = None
 
-    def __init__(
-        self,
-        groups: tuple[tuple[str, ...], ...],
-        order: tuple[str, ...],
-        shapes: tuple[Shape, ...] | None = None,
-    ) -> None:
-        self.groups = groups
-        self.order = order
-        self.shapes = shapes
-        self.index = {path: i for i, paths in enumerate(groups) for path in paths}
-        self.shape_by_path: dict[str, Shape] = dict(zip(order, shapes or ()))
-        self._hash = hash((groups, order, shapes))
-        self._nnx_keys: tuple[str, ...] | None = None
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        return {path: i for i, paths in enumerate(self.groups) for path in paths}
+
+    @functools.cached_property
+    def shape_by_path(self) -> dict[str, Shape]:
+        return dict(zip(self.order, self.shapes or ()))
+
+    # Computed once: JAX hashes a pytree's static data on every jitted call.
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.groups, self.order, self.shapes))
 
     def __hash__(self) -> int:
         return self._hash
@@ -66,19 +70,15 @@ class CountLayout:
     def __eq__(self, other: object) -> bool:
         return self is other or (
             isinstance(other, CountLayout)
-            and self.groups == other.groups
-            and self.order == other.order
-            and self.shapes == other.shapes
+            and (self.groups, self.order, self.shapes) == (other.groups, other.order, other.shapes)
         )
 
     def nnx_keys(self) -> tuple[str, ...]:
         """One key per group for Flax NNX: its first path, and how many paths it holds."""
-        if self._nnx_keys is None:
-            self._nnx_keys = tuple(
-                paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
-                for paths in self.groups
-            )
-        return self._nnx_keys
+        return tuple(
+            paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+            for paths in self.groups
+        )
 
     def __repr__(self) -> str:
         return f"CountLayout({len(self.order)} paths in {len(self.groups)} groups)"
@@ -298,7 +298,7 @@ def group_counts(by_path: dict[str, Any], like: StepCounts | None = None) -> Ste
     order = tuple(by_path)
     shapes = None
     if like is not None and like.layout.shapes is not None:
-        shapes = _shapes_in_order(order, dict(zip(like.layout.order, like.layout.shapes)))
+        shapes = _shapes_in_order(order, like.layout.shape_by_path)
     layout = _layout(tuple(tuple(paths) for paths in groups.values()), order, shapes)
     return StepCounts(layout, [values[key] for key in groups])
 

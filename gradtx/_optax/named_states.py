@@ -107,20 +107,12 @@ class NamedStates:
         return f"NamedStates({inside})"
 
 
-def _flatten_with_keys(node: NamedStates) -> tuple[tuple, tuple[str, ...]]:
-    keys = (jax.tree_util.DictKey(name) for name in node.names)
-    return tuple(zip(keys, node.states)), node.names
-
-
-def _flatten(node: NamedStates) -> tuple[tuple, tuple[str, ...]]:
-    return node.states, node.names
-
-
-def _unflatten(names: tuple[str, ...], states: Any) -> NamedStates:
-    return NamedStates(names, tuple(states))
-
-
-jax.tree_util.register_pytree_with_keys(NamedStates, _flatten_with_keys, _unflatten, _flatten)
+jax.tree_util.register_pytree_with_keys(
+    NamedStates,
+    lambda node: (tuple((jax.tree_util.DictKey(n), s) for n, s in node.items()), node.names),
+    lambda names, states: NamedStates(names, tuple(states)),
+    lambda node: (node.states, node.names),
+)
 
 
 def _is_namedtuple(x: Any) -> bool:
@@ -235,8 +227,8 @@ def _type_name(state: Any) -> str | None:
 def _names(states: tuple, makers: tuple[Maker | None, ...]) -> tuple[str, ...]:
     names: list[str] = []
     for position, (state, maker) in enumerate(zip(states, makers)):
-        name = (factory_name(*maker) if maker is not None else None) or _type_name(state)
-        name = name or str(position)
+        made_by = factory_name(*maker) if maker is not None else None
+        name = made_by or _type_name(state) or str(position)
         unique, repeat = name, 1
         while unique in names:
             repeat += 1
@@ -275,13 +267,7 @@ def keyed(state: State, maker: Maker | None = None) -> State:
         else:  # a tuple of the params' own (optax's moments mirror the params): positions
             return tuple(keyed(s) for s in state)
         return NamedStates(_names(state, makers), tuple(keyed(s, m) for s, m in zip(state, makers)))
-    if _is_namedtuple(state):
-        return state._make(keyed(s) for s in state)
-    if type(state) in (dict, OrderedDict):
-        return type(state)((k, keyed(v)) for k, v in state.items())
-    if type(state) is list:
-        return [keyed(s) for s in state]
-    return state
+    return _rebuilt(state, keyed)
 
 
 def plain(state: State) -> State:
@@ -293,12 +279,17 @@ def plain(state: State) -> State:
     """
     if isinstance(state, NamedStates) or type(state) is tuple:
         return tuple(plain(s) for s in state)
+    return _rebuilt(state, plain)
+
+
+def _rebuilt(state: State, fn: Any) -> State:
+    """A NamedTuple, dict or list rebuilt around `fn` of each entry; anything else as it is."""
     if _is_namedtuple(state):
-        return state._make(plain(s) for s in state)
+        return state._make(fn(s) for s in state)
     if type(state) in (dict, OrderedDict):
-        return type(state)((k, plain(v)) for k, v in state.items())
+        return type(state)((k, fn(v)) for k, v in state.items())
     if type(state) is list:
-        return [plain(s) for s in state]
+        return [fn(s) for s in state]
     return state
 
 
@@ -349,16 +340,12 @@ def injected_hyperparams(inner: Any, step: int = 0) -> dict[str, float | int]:
             state = inner.init({})
             if not _injected(state):
                 return {}
-            if step > 0:
+            if step > 0:  # after k updates an injected state holds the values of step k - 1
 
-                def advance(state: Any) -> Any:
-                    # After k updates an injected state holds the values of step k - 1.
-                    def body(_: Any, s: Any) -> Any:
-                        return inner.update({}, s, {})[1]
+                def body(_: Any, s: Any) -> Any:
+                    return inner.update({}, s, {})[1]
 
-                    return jax.lax.fori_loop(0, step + 1, body, state)
-
-                state = jax.jit(advance)(state)
+                state = jax.jit(lambda s: jax.lax.fori_loop(0, step + 1, body, s))(state)
             out: dict[str, float | int] = {}
             for hyper in _injected(state):
                 for name, value in hyper.items():

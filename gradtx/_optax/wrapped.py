@@ -96,10 +96,8 @@ class ForeignTransform(Transformation):
         `state` may be the keyed state `init` gives or the wrapped transformation's own.
         """
         own = plain(state)
-        if _takes_extra(self.inner.update):
-            updates, own = self.inner.update(updates, own, params, **extra)
-        else:
-            updates, own = self.inner.update(updates, own, params)
+        passed = extra if _takes_extra(self.inner.update) else {}
+        updates, own = self.inner.update(updates, own, params, **passed)
         return updates, keyed(own, self._maker())
 
     def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import Chain, optimizer
+from gradtx._combinators.chain import Chain
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.adagrad import scale_by_adadelta, scale_by_rss
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import decay_unless_zero
 
@@ -43,10 +44,10 @@ def adagrad(
         Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and
         Stochastic Optimization", JMLR 2011.
     """
-    return optimizer(
+    return descent(
         "adagrad",
+        learning_rate,
         scale_by_rss(initial_accumulator_value, eps, accumulator_dtype=accumulator_dtype),
-        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -89,9 +90,9 @@ def adadelta(
     References:
         Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012.
     """
-    return optimizer(
+    return descent(
         "adadelta",
+        learning_rate,
         *decay_unless_zero(weight_decay, mask),
         scale_by_adadelta(rho, eps, accumulator_dtype=accumulator_dtype),
-        scale_by_learning_rate(learning_rate),
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import Chain, optimizer
+from gradtx._combinators.chain import Chain
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.adam import scale_by_adam
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -41,13 +42,10 @@ def adam(
     References:
         Kingma & Ba, "Adam: A Method for Stochastic Optimization", 2015.
     """
-    return optimizer(
-        "adam",
-        scale_by_adam(
-            b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
-        ),
-        scale_by_learning_rate(learning_rate),
+    moments = scale_by_adam(
+        b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
     )
+    return descent("adam", learning_rate, moments)
 
 
 @with_shared_args
@@ -75,14 +73,10 @@ def adamw(
     References:
         Loshchilov & Hutter, "Decoupled Weight Decay Regularization", 2019.
     """
-    return optimizer(
-        "adamw",
-        scale_by_adam(
-            b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
-        ),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    moments = scale_by_adam(
+        b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
     )
+    return descent("adamw", learning_rate, moments, add_decayed_weights(weight_decay, mask))
 
 
 @with_shared_args
@@ -113,11 +107,10 @@ def nadam(
     References:
         Dozat, "Incorporating Nesterov Momentum into Adam", ICLR workshop 2016.
     """
-    return optimizer(
-        "nadam",
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=True),
-        scale_by_learning_rate(learning_rate),
+    moments = scale_by_adam(
+        b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=True
     )
+    return descent("nadam", learning_rate, moments)
 
 
 @with_shared_args
@@ -153,9 +146,7 @@ def nadamw(
         Dozat, "Incorporating Nesterov Momentum into Adam", ICLR workshop 2016;
         Loshchilov & Hutter, "Decoupled Weight Decay Regularization", 2019.
     """
-    return optimizer(
-        "nadamw",
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=True),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    moments = scale_by_adam(
+        b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=True
     )
+    return descent("nadamw", learning_rate, moments, add_decayed_weights(weight_decay, mask))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import Chain, optimizer
+from gradtx._combinators.chain import Chain
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.adam_variants import (
     scale_by_adamax,
     scale_by_adan,
@@ -13,7 +14,7 @@ from gradtx._transforms.adam_variants import (
     scale_by_radam,
     scale_by_yogi,
 )
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
@@ -49,10 +50,8 @@ def adamax(
     References:
         Kingma & Ba, "Adam: A Method for Stochastic Optimization", 2015 (section 7.1).
     """
-    return optimizer(
-        "adamax",
-        scale_by_adamax(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
-        scale_by_learning_rate(learning_rate),
+    return descent(
+        "adamax", learning_rate, scale_by_adamax(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
     )
 
 
@@ -91,11 +90,11 @@ def adamaxw(
     References:
         Loshchilov & Hutter, "Decoupled Weight Decay Regularization", 2019.
     """
-    return optimizer(
+    return descent(
         "adamaxw",
+        learning_rate,
         scale_by_adamax(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
         add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -131,8 +130,9 @@ def amsgrad(
     References:
         Reddi, Kale & Kumar, "On the Convergence of Adam and Beyond", 2018.
     """
-    return optimizer(
+    return descent(
         "amsgrad",
+        learning_rate,
         scale_by_amsgrad(
             b1,
             b2,
@@ -143,7 +143,6 @@ def amsgrad(
             bias_correction_mu=bias_correction_mu,
             bias_correction_nu=bias_correction_nu,
         ),
-        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -179,12 +178,12 @@ def adabelief(
         Zhuang et al., "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
         Gradients", 2020.
     """
-    return optimizer(
+    return descent(
         "adabelief",
+        learning_rate,
         scale_by_belief(
             b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype, nesterov=nesterov
         ),
-        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -219,8 +218,9 @@ def radam(
     References:
         Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond", 2020.
     """
-    return optimizer(
+    return descent(
         "radam",
+        learning_rate,
         scale_by_radam(
             b1,
             b2,
@@ -231,7 +231,6 @@ def radam(
             nu_dtype=nu_dtype,
             nesterov=nesterov,
         ),
-        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -261,10 +260,8 @@ def yogi(
     References:
         Zaheer et al., "Adaptive Methods for Nonconvex Optimization", NeurIPS 2018.
     """
-    return optimizer(
-        "yogi",
-        scale_by_yogi(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
-        scale_by_learning_rate(learning_rate),
+    return descent(
+        "yogi", learning_rate, scale_by_yogi(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
     )
 
 
@@ -307,9 +304,9 @@ def adan(
         Xie et al., "Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing Deep
         Models", 2022.
     """
-    return optimizer(
+    return descent(
         "adan",
+        learning_rate,
         scale_by_adan(b1, b2, b3, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
         *decay_unless_zero(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.lion import scale_by_lion
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights
 
@@ -55,9 +55,9 @@ def lion(
     References:
         Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023.
     """
-    return optimizer(
+    return descent(
         "lion",
+        learning_rate,
         scale_by_lion(b1, b2, mu_dtype, mode=mode, smooth_beta=smooth_beta),
         add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import Chain, optimizer
+from gradtx._combinators.chain import Chain
 from gradtx._core.protocol import Transformation
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.momentum import trace
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["nesterov", "sgd"]
@@ -44,8 +45,7 @@ def sgd(
         parts.append(trace(momentum, nesterov, accumulator_dtype=accumulator_dtype))
     elif nesterov:
         raise ValueError("sgd: nesterov=True needs a `momentum` value.")
-    parts.append(scale_by_learning_rate(learning_rate))
-    return optimizer("sgd", *parts)
+    return descent("sgd", learning_rate, *parts)
 
 
 def nesterov(
@@ -75,8 +75,8 @@ def nesterov(
         Sutskever et al., "On the importance of initialization and momentum in deep learning",
         2013.
     """
-    return optimizer(
+    return descent(
         "nesterov",
+        learning_rate,
         trace(momentum, nesterov=True, accumulator_dtype=accumulator_dtype),
-        scale_by_learning_rate(learning_rate),
     )

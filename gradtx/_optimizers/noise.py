@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.noise import add_noise
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 
 __all__ = ["noisy_sgd"]
 
@@ -42,6 +42,4 @@ def noisy_sgd(
         Neelakantan et al., "Adding Gradient Noise Improves Learning for Very Deep Networks",
         2015.
     """
-    return optimizer(
-        "noisy_sgd", add_noise(eta, gamma, seed), scale_by_learning_rate(learning_rate)
-    )
+    return descent("noisy_sgd", learning_rate, add_noise(eta, gamma, seed))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.novograd import scale_by_novograd
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 
 __all__ = ["novograd"]
@@ -47,8 +47,6 @@ def novograd(
         Ginsburg et al., "Stochastic Gradient Methods with Layer-wise Adaptive Moments for
         Training of Deep Networks", 2019.
     """
-    return optimizer(
-        "novograd",
-        scale_by_novograd(b1, b2, eps, eps_root, weight_decay, mu_dtype),
-        scale_by_learning_rate(learning_rate),
+    return descent(
+        "novograd", learning_rate, scale_by_novograd(b1, b2, eps, eps_root, weight_decay, mu_dtype)
     )

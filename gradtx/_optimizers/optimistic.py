@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import Chain, optimizer
+from gradtx._combinators.chain import Chain
 from gradtx._core.module import is_schedule
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.optimistic import scale_by_optimistic_gradient
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
@@ -42,10 +43,8 @@ def optimistic_gradient_descent(
         Mokhtari et al., "A Unified Analysis of Extra-gradient and Optimistic Gradient Methods
         for Saddle Point Problems: Proximal Point Approach", 2019.
     """
-    return optimizer(
-        "optimistic_gradient_descent",
-        scale_by_optimistic_gradient(alpha, beta),
-        scale_by_learning_rate(learning_rate),
+    return descent(
+        "optimistic_gradient_descent", learning_rate, scale_by_optimistic_gradient(alpha, beta)
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.polyak import scale_by_polyak
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 
 __all__ = ["polyak_sgd"]
 
@@ -49,8 +49,4 @@ def polyak_sgd(
         Loizou et al., "Stochastic Polyak Step-size for SGD: An Adaptive Learning Rate for Fast
         Convergence", 2021.
     """
-    return optimizer(
-        "polyak_sgd",
-        scale_by_polyak(f_min, max_learning_rate, eps, variant),
-        scale_by_learning_rate(scaling),
-    )
+    return descent("polyak_sgd", scaling, scale_by_polyak(f_min, max_learning_rate, eps, variant))

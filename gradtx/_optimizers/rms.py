@@ -61,22 +61,13 @@ def rmsprop(
     """
     if nesterov and momentum is None:
         raise ValueError("rmsprop: nesterov=True needs a `momentum` value.")
+    moments = (decay, eps, initial_scale, eps_in_sqrt, bias_correction)
     if centered:
-        rescale: Transformation = scale_by_stddev(
-            decay,
-            eps,
-            initial_scale,
-            eps_in_sqrt,
-            bias_correction,
-            mu_dtype=mu_dtype,
-            nu_dtype=nu_dtype,
-        )
+        rescale: Transformation = scale_by_stddev(*moments, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
     else:
         if mu_dtype is not None:
             raise ValueError("rmsprop: `mu_dtype` applies only with centered=True.")
-        rescale = scale_by_rms(
-            decay, eps, initial_scale, eps_in_sqrt, bias_correction, nu_dtype=nu_dtype
-        )
+        rescale = scale_by_rms(*moments, nu_dtype=nu_dtype)
     parts = [rescale, scale_by_learning_rate(learning_rate)]
     if momentum is not None:
         parts.append(trace(momentum, nesterov, accumulator_dtype=accumulator_dtype))

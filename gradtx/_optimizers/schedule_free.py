@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from gradtx._combinators.chain import optimizer
 from gradtx._combinators.schedule_free import ScheduleFree
 from gradtx._core.module import decay_rate, hyperparam, is_schedule
 from gradtx._core.per_array import hyperparam_at
+from gradtx._optimizers.descent import descent
 from gradtx._schedules.base import Schedule
 from gradtx._schedules.warmups import warmup_constant
 from gradtx._transforms.rms import scale_by_rms
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
@@ -124,7 +124,7 @@ def schedule_free_sgd(
     """
     rate = _warmed_up(learning_rate, warmup_steps, "schedule_free_sgd")
     parts = [] if weight_decay is None else [add_decayed_weights(weight_decay)]
-    base = optimizer("sgd", *parts, scale_by_learning_rate(rate))
+    base = descent("sgd", rate, *parts)
     return ScheduleFree(base, rate, b1, weight_lr_power, state_dtype, "schedule_free_sgd")
 
 
@@ -188,10 +188,10 @@ def schedule_free_adamw(
         Algorithm 2.
     """
     rate = AdamStepSize(_warmed_up(learning_rate, warmup_steps, "schedule_free_adamw"), b2)
-    base = optimizer(
+    base = descent(
         "adamw",
+        rate,
         scale_by_rms(b2, eps, eps_in_sqrt=False, nu_dtype=nu_dtype),
         *decay_unless_zero(weight_decay, None),
-        scale_by_learning_rate(rate),
     )
     return ScheduleFree(base, rate, b1, weight_lr_power, state_dtype, "schedule_free_adamw")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._combinators.chain import optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.averaging import ema
-from gradtx._transforms.scale import ScalarOrSchedule, scale, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule, scale
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign
 
 __all__ = ["rprop", "sign_sgd", "signum"]
@@ -30,7 +31,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> Any:
     References:
         Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems", 2018.
     """
-    return optimizer("sign_sgd", scale_by_sign(), scale_by_learning_rate(learning_rate))
+    return descent("sign_sgd", learning_rate, scale_by_sign())
 
 
 def signum(
@@ -61,11 +62,11 @@ def signum(
     References:
         Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems", 2018.
     """
-    return optimizer(
+    return descent(
         "signum",
+        learning_rate,
         ema(beta, debias=False, accumulator_dtype=accumulator_dtype),
         scale_by_sign(),
-        scale_by_learning_rate(learning_rate),
     )
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradtx._combinators.chain import optimizer
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._optimizers.descent import descent
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.sm3 import scale_by_sm3
 
 __all__ = ["sm3"]
@@ -41,6 +41,4 @@ def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9, *, v_dtype: Any 
     References:
         Anil et al., "Memory-Efficient Adaptive Optimization", NeurIPS 2019.
     """
-    return optimizer(
-        "sm3", scale_by_sm3(b1=momentum, v_dtype=v_dtype), scale_by_learning_rate(learning_rate)
-    )
+    return descent("sm3", learning_rate, scale_by_sm3(b1=momentum, v_dtype=v_dtype))

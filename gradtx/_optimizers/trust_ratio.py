@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._combinators.chain import Chain, optimizer
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
@@ -92,12 +93,12 @@ def lamb(
         You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes",
         2020.
     """
-    return optimizer(
+    return descent(
         "lamb",
+        learning_rate,
         scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
         add_decayed_weights(weight_decay, mask),
         scale_by_trust_ratio(stacked=stacked),
-        scale_by_learning_rate(learning_rate),
     )
 
 

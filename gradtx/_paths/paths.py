@@ -273,12 +273,9 @@ def unflatten(like: Any, flat: dict[str, Any]) -> Any:
         >>> unflatten(tree, leaves(tree)) == tree
         True
     """
-    if isinstance(like, jax.tree_util.PyTreeDef):
-        treedef = like
-        dummy = treedef.unflatten([None] * treedef.num_leaves)
-        rendered = flatten(dummy)[0]
-    else:
-        rendered, _, treedef = flatten(like)
+    if isinstance(like, jax.tree_util.PyTreeDef):  # its paths: those of a tree of `None`s
+        like = like.unflatten([None] * like.num_leaves)
+    rendered, _, treedef = flatten(like)
     missing = [p for p in rendered if p not in flat]
     known = set(rendered)
     extra = [p for p in flat if p not in known]

@@ -117,14 +117,9 @@ def as_selector(selector: Any, argument: str = "selector") -> Selector:
     """
     if isinstance(selector, Selector):
         return selector
-    if isinstance(selector, str):
-        return Selector("glob", (selector,))
-    if (
-        isinstance(selector, (list, tuple))
-        and selector
-        and all(isinstance(s, str) for s in selector)
-    ):
-        return Selector("glob", tuple(selector))
+    globs = (selector,) if isinstance(selector, str) else selector
+    if isinstance(globs, (list, tuple)) and globs and all(isinstance(g, str) for g in globs):
+        return Selector("glob", tuple(globs))
     if isinstance(selector, re.Pattern):
         return Selector("regex", selector)
     items = _bool_items(selector)
@@ -241,59 +236,23 @@ def _select_set(
     The second is `None` where it cannot be known: a function selector is never called on an
     absent (`None`) leaf.
     """
-    paths_, leaves_ = flat
-    present = [(p, x) for p, x in zip(paths_, leaves_) if x is not None]
-    if sel.kind not in ("glob", "regex"):
-        return _select_by_leaves(tree, present, paths_, sel, strict, argument)
-    key = (sel, paths_, tuple(p for p, _ in present), strict)
-    kept = _BY_PATHS.get(key)
-    if kept is None:
-        kept = _select_by_leaves(tree, present, paths_, sel, strict, argument)
-        _BY_PATHS.remember(key, kept)
-    return kept
-
-
-def _check_globs(globs: tuple[str, ...], all_paths: tuple[str, ...], argument: str) -> None:
-    """Every glob, including or excluding, must match a path: one that does not is a typo."""
-    for g in globs:
-        bare = g[1:] if g.startswith("!") else g
-        if any(_glob_matches(bare, p) for p in all_paths):
-            continue
-        what = f"excludes nothing: {bare!r} matches no path" if g != bare else "matches no path"
-        raise SelectorError(
-            f"`{argument}`: the glob {g!r} {what}. The tree's paths are: {_sample(all_paths)}."
-        )
-
-
-def _select_by_leaves(
-    tree: Any,
-    present: list,
-    all_paths: tuple[str, ...],
-    sel: Selector,
-    strict: bool,
-    argument: str,
-) -> tuple[AbstractSet[str], bool | None]:
     # `all_paths` holds the absent (`None`) leaves too: in a group's tree, the paths of the
     # other groups. Globs, regexes and bool trees are checked against all of them, so a mask
     # written for the whole model is no typo inside one group; selection is among `present`.
-    tree_paths = {p for p, _ in present}
-    if sel.kind == "glob":
-        if strict:
-            _check_globs(sel.value, all_paths, argument)
-        includes = [g for g in sel.value if not g.startswith("!")]
-        excludes = [g[1:] for g in sel.value if g.startswith("!")]
-        picked = {
-            p
-            for p in all_paths
-            if (not includes or any(_glob_matches(g, p) for g in includes))
-            and not any(_glob_matches(g, p) for g in excludes)
-        }
-        return frozenset(picked & tree_paths), bool(picked)
-    if sel.kind == "regex":
-        picked = {p for p in all_paths if sel.value.fullmatch(p)}
-        return frozenset(picked & tree_paths), bool(picked)
+    all_paths, leaves_ = flat
+    present = [(p, x) for p, x in zip(all_paths, leaves_) if x is not None]
+    tree_paths = [p for p, _ in present]
+    if sel.kind in ("glob", "regex"):
+        key = (sel, all_paths, tuple(tree_paths), strict)
+        kept = _BY_PATHS.get(key)
+        if kept is None:
+            picked = _by_pattern(sel, all_paths, strict, argument)
+            kept = _BY_PATHS.remember(
+                key, (frozenset(picked.intersection(tree_paths)), bool(picked))
+            )
+        return kept
     if sel.kind == "bools":
-        return _from_bools(sel.value, list(tree_paths), all_paths, strict, argument)
+        return _from_bools(sel.value, tree_paths, all_paths, strict, argument)
     unknown = None if len(tree_paths) < len(all_paths) else False
     if sel.kind == "path_fn":
         chosen = set()
@@ -317,8 +276,30 @@ def _select_by_leaves(
             "as f(params) and must return a pytree of bools shaped like the params; it "
             f"returned {type(result).__name__}. For a per-leaf test, write f(path, leaf)."
         )
-    chosen, anywhere = _from_bools(items, list(tree_paths), all_paths, strict, argument)
+    chosen, anywhere = _from_bools(items, tree_paths, all_paths, strict, argument)
     return chosen, (True if anywhere else unknown)
+
+
+def _by_pattern(sel: Selector, all_paths: tuple[str, ...], strict: bool, argument: str) -> set:
+    """The paths a glob or regex selector picks among `all_paths` (absent ones included)."""
+    if sel.kind == "regex":
+        return {p for p in all_paths if sel.value.fullmatch(p)}
+    # Every glob, including or excluding, must match a path: one that does not is a typo.
+    for g in sel.value:
+        bare = g[1:] if g.startswith("!") else g
+        if strict and not any(_glob_matches(bare, p) for p in all_paths):
+            what = f"excludes nothing: {bare!r} matches no path" if g != bare else "matches no path"
+            raise SelectorError(
+                f"`{argument}`: the glob {g!r} {what}. The tree's paths are: {_sample(all_paths)}."
+            )
+    includes = [g for g in sel.value if not g.startswith("!")]
+    excludes = [g[1:] for g in sel.value if g.startswith("!")]
+    return {
+        p
+        for p in all_paths
+        if (not includes or any(_glob_matches(g, p) for g in includes))
+        and not any(_glob_matches(g, p) for g in excludes)
+    }
 
 
 def select(

@@ -15,8 +15,11 @@ from gradtx._paths.paths import flatten, is_unit
 __all__ = ["any_present", "merge_by_path", "present_paths", "restrict"]
 
 
-def _unit_in(unit: Any, path: str, chosen: set[str] | frozenset[str], owner: str) -> bool:
-    inner = unit.paths(path)
+def _inside(leaf: Any, path: str, chosen: set[str] | frozenset[str], owner: str) -> bool:
+    """Whether the leaf at `path` is in the group: packed params all or none of their paths."""
+    if not is_unit(leaf):
+        return path in chosen
+    inner = leaf.paths(path)
     hits = {p in chosen for p in inner}
     if len(hits) > 1:
         inside = [p for p in inner if p in chosen][:3]
@@ -39,12 +42,7 @@ def restrict(tree: Any, chosen: set[str] | frozenset[str], owner: str) -> Any:
     if tree is None:
         return None
     paths, leaves, treedef = flatten(tree)
-    out = []
-    for path, leaf in zip(paths, leaves):
-        if is_unit(leaf):
-            out.append(leaf if _unit_in(leaf, path, chosen, owner) else None)
-        else:
-            out.append(leaf if path in chosen else None)
+    out = [x if _inside(x, p, chosen, owner) else None for p, x in zip(paths, leaves)]
     return treedef.unflatten(out)
 
 

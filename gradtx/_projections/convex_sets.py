@@ -95,6 +95,13 @@ def projection_hypercube(tree: Any, scale: Any = 1.0) -> Any:
     return flat.each(lambda x, hi: _clip(x, jnp.zeros((), x.dtype), hi), flat.like("scale", scale))
 
 
+def _radius(fn: str, tree: Any, scale: Any) -> tuple[FlatTree, Any, Any]:
+    """`(tree read as one vector, the dtype of its reductions, the scalar scale in it)`."""
+    flat = FlatTree(fn, tree)
+    dtype = flat.dtype()
+    return flat, dtype, scalar(fn, "scale", scale).astype(dtype)
+
+
 def _simplex(values: list[Any], scale: Any, dtype: Any) -> list[Any]:
     r"""The projection of the concatenated `values` onto $\{y \ge 0, \sum y = s\}$.
 
@@ -139,9 +146,8 @@ def projection_simplex(tree: Any, scale: Any = 1.0) -> Any:
         Duchi, Shalev-Shwartz, Singer and Chandra, *Efficient projections onto the l1-ball
         for learning in high dimensions*, ICML 2008.
     """
-    fn = "projection_simplex"
-    flat = FlatTree(fn, tree)
-    return flat.rebuild(_simplex(flat.arrays, scalar(fn, "scale", scale), flat.dtype()))
+    flat, dtype, s = _radius("projection_simplex", tree, scale)
+    return flat.rebuild(_simplex(flat.arrays, s, dtype))
 
 
 def _l1_sphere(flat: FlatTree, scale: Any, dtype: Any) -> list[Any]:
@@ -166,9 +172,8 @@ def projection_l1_sphere(tree: Any, scale: Any = 1.0) -> Any:
         >>> gradtx.projections.projection_l1_sphere({"w": jnp.array([0.2, -0.2])})
         {'w': Array([ 0.5, -0.5], dtype=float32)}
     """
-    fn = "projection_l1_sphere"
-    flat = FlatTree(fn, tree)
-    return flat.rebuild(_l1_sphere(flat, scalar(fn, "scale", scale), flat.dtype()))
+    flat, dtype, s = _radius("projection_l1_sphere", tree, scale)
+    return flat.rebuild(_l1_sphere(flat, s, dtype))
 
 
 def projection_l1_ball(tree: Any, scale: Any = 1.0) -> Any:
@@ -193,10 +198,7 @@ def projection_l1_ball(tree: Any, scale: Any = 1.0) -> Any:
         Duchi, Shalev-Shwartz, Singer and Chandra, *Efficient projections onto the l1-ball
         for learning in high dimensions*, ICML 2008.
     """
-    fn = "projection_l1_ball"
-    flat = FlatTree(fn, tree)
-    dtype = flat.dtype()
-    s = scalar(fn, "scale", scale).astype(dtype)
+    flat, dtype, s = _radius("projection_l1_ball", tree, scale)
     norm = sum((jnp.sum(jnp.abs(x.astype(dtype))) for x in flat.arrays), jnp.zeros((), dtype))
 
     def outside(arrays: list[Any]) -> list[Any]:
@@ -222,10 +224,7 @@ def projection_l2_sphere(tree: Any, scale: Any = 1.0) -> Any:
         >>> gradtx.projections.projection_l2_sphere({"w": jnp.array([3.0]), "b": jnp.array(4.0)})
         {'b': Array(0.8, dtype=float32), 'w': Array([0.6], dtype=float32)}
     """
-    fn = "projection_l2_sphere"
-    flat = FlatTree(fn, tree)
-    dtype = flat.dtype()
-    s = scalar(fn, "scale", scale).astype(dtype)
+    flat, dtype, s = _radius("projection_l2_sphere", tree, scale)
     return flat.scaled(s / jnp.sqrt(vdot(flat.arrays, flat.arrays, dtype)), dtype)
 
 
@@ -243,10 +242,7 @@ def projection_l2_ball(tree: Any, scale: Any = 1.0) -> Any:
         >>> gradtx.projections.projection_l2_ball({"w": jnp.array([3.0, 4.0])}, scale=2.5)
         {'w': Array([1.5, 2. ], dtype=float32)}
     """
-    fn = "projection_l2_ball"
-    flat = FlatTree(fn, tree)
-    dtype = flat.dtype()
-    s = scalar(fn, "scale", scale).astype(dtype)
+    flat, dtype, s = _radius("projection_l2_ball", tree, scale)
     squared = vdot(flat.arrays, flat.arrays, dtype)
     return flat.scaled(s / jnp.sqrt(jnp.maximum(squared, s * s)), dtype)
 

@@ -98,12 +98,9 @@ class ExponentialDecay(Schedule):
         if self.staircase:
             p = jnp.floor(p)
         value = jnp.where(t <= 0, self.init_value, self.init_value * self.decay_rate**p)
-        if self.end_value is not None:
-            value = jnp.where(
-                self.decay_rate < 1,
-                jnp.maximum(value, self.end_value),
-                jnp.minimum(value, self.end_value),
-            )
+        end = self.end_value
+        if end is not None:
+            value = jnp.where(self.decay_rate < 1, jnp.maximum(value, end), jnp.minimum(value, end))
         return value
 
 
@@ -243,9 +240,6 @@ def piecewise_constant(
     return PiecewiseConstant(init_value, boundaries, scales)
 
 
-_INTERPOLATIONS = ("linear", "cosine")
-
-
 class PiecewiseInterpolate(Schedule):
     """Interpolation between `values[i]` at `boundaries[i-1]` (see `piecewise_interpolate`).
 
@@ -258,7 +252,7 @@ class PiecewiseInterpolate(Schedule):
     interpolate_type: str = static("linear")
 
     def __check__(self) -> None:
-        if self.interpolate_type not in _INTERPOLATIONS:
+        if self.interpolate_type not in ("linear", "cosine"):
             raise ValueError(
                 "piecewise_interpolate: `interpolate_type` must be 'linear' or 'cosine', got "
                 f"{self.interpolate_type!r}."
@@ -284,13 +278,10 @@ class PiecewiseInterpolate(Schedule):
         values = jnp.asarray(self.values, jnp.float32)
         if jnp.shape(boundaries)[-1] == 0:
             return jnp.broadcast_to(values[..., 0], step.shape)
-        zero = jnp.zeros((1,), boundaries.dtype)
-        bounds = jnp.concatenate([zero, boundaries])
-        shape = (1,) * step.ndim + (-1,)
-        lo = jnp.reshape(bounds[:-1], shape)
-        hi = jnp.reshape(bounds[1:], shape)
-        start = jnp.reshape(values[:-1], shape)
-        end = jnp.reshape(values[1:], shape)
+        bounds = jnp.concatenate([jnp.zeros((1,), boundaries.dtype), boundaries])
+        # Each segment's first and last step and values, along a last axis after `step`'s.
+        ends = (bounds[:-1], bounds[1:], values[:-1], values[1:])
+        lo, hi, start, end = (jnp.reshape(x, (1,) * step.ndim + (-1,)) for x in ends)
         s = step[..., None]
         size = jnp.maximum(hi - lo, 1)
         pct = as_f32(jnp.clip(s - lo, 0, size)) / as_f32(size)
@@ -326,11 +317,7 @@ def piecewise_interpolate(
         >>> sched(0), sched(2), sched(4), sched(6), sched(100)
         (Array(1., dtype=float32), Array(0.75, dtype=float32), Array(0.5, dtype=float32), Array(0.25, dtype=float32), Array(0., dtype=float32))
     """  # noqa: E501
-    fn = "piecewise_interpolate"
-    if interpolate_type not in _INTERPOLATIONS:
-        raise ValueError(
-            f"{fn}: `interpolate_type` must be 'linear' or 'cosine', got {interpolate_type!r}."
-        )
+    fn = "piecewise_interpolate"  # `PiecewiseInterpolate` checks `interpolate_type`
     items = sorted((boundaries_and_scales or {}).items())
     for boundary, scale in items:
         if int(boundary) < 0:

@@ -310,13 +310,11 @@ def cast_like(tree: Any, other: Any) -> Any:
         >>> gradtx.tree.cast_like({"w": jnp.full(2, 0.5)}, params)
         {'w': Array([0.5, 0.5], dtype=bfloat16)}
     """
-    return _map(
-        "cast_like",
-        ["tree", "other"],
-        lambda _, x, y: jnp.asarray(x).astype(jnp.asarray(y).dtype),
-        tree,
-        other,
-    )
+
+    def one(_: str, x: Any, y: Any) -> Any:
+        return jnp.asarray(x).astype(jnp.asarray(y).dtype)
+
+    return _map("cast_like", ["tree", "other"], one, tree, other)
 
 
 def clip(tree: Any, min_value: Any = None, max_value: Any = None) -> Any:

@@ -60,11 +60,14 @@ def _total(parts: list[Any]) -> jax.Array:
     return _fold(jnp.add, [jnp.zeros((), jnp.float32), *parts])
 
 
-def _same_shape(fn: str, path: str, x: Any, y: Any) -> None:
+def _pair(fn: str, path: str, x: Any, y: Any) -> tuple[jax.Array, jax.Array]:
+    """`x` and `y` in the dtype both reduce in, after checking that their shapes agree."""
     if jnp.shape(x) != jnp.shape(y):
         raise ValueError(
             f"tree.{fn}: at path {path!r} the shapes differ: {jnp.shape(x)} and {jnp.shape(y)}."
         )
+    dtype = _acc(x, y)
+    return jnp.asarray(x).astype(dtype), jnp.asarray(y).astype(dtype)
 
 
 def arrays_of(value: Any) -> tuple:
@@ -167,9 +170,7 @@ def vdot(a: Any, b: Any) -> jax.Array:
     for p, x, y in zip(paths, xs, ys):
         if x is None or y is None:
             continue
-        _same_shape("vdot", p, x, y)
-        dtype = _acc(x, y)
-        x, y = jnp.asarray(x).astype(dtype), jnp.asarray(y).astype(dtype)
+        x, y = _pair("vdot", p, x, y)
         parts.append(jnp.sum(jnp.conj(x) * y))
     return _total(parts)
 
@@ -189,9 +190,6 @@ def sum(tree: Any) -> jax.Array:
     """
     parts = [jnp.sum(jnp.asarray(x), dtype=_acc(x)) for _, x in _present(tree)]
     return _total(parts)
-
-
-_ORDS = {1: 1, 2: 2, math.inf: math.inf}
 
 
 def norm(tree: Any, ord: int | float | str = 2, squared: bool = False) -> jax.Array:
@@ -216,7 +214,7 @@ def norm(tree: Any, ord: int | float | str = 2, squared: bool = False) -> jax.Ar
         (Array(5., dtype=float32), Array(7., dtype=float32), Array(4., dtype=float32))
     """
     key = math.inf if isinstance(ord, str) and ord.lower() == "inf" else ord
-    if isinstance(key, str) or key not in _ORDS:
+    if isinstance(key, str) or key not in (1, 2, math.inf):
         raise ValueError(f"tree.norm: `ord` must be 1, 2 or inf, got {ord!r}.")
     if key == 2:
         total = global_sum(tree, dtype=None)
@@ -315,14 +313,6 @@ def allclose(
             continue
         if x is None or y is None:
             return jnp.asarray(False)
-        _same_shape("allclose", p, x, y)
-        dtype = _acc(x, y)
-        close = jnp.allclose(
-            jnp.asarray(x).astype(dtype),
-            jnp.asarray(y).astype(dtype),
-            rtol=rtol,
-            atol=atol,
-            equal_nan=equal_nan,
-        )
-        result = result & close
+        x, y = _pair("allclose", p, x, y)
+        result = result & jnp.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan)
     return result
