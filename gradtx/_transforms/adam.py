@@ -37,6 +37,8 @@ class AdamMoments(PerArrayTransform):
     if TYPE_CHECKING:  # each subclass's own fields (declared here, they would come first)
         mu_dtype: ClassVar[Any]
         nu_dtype: ClassVar[Any]
+        b1: ClassVar[Any]  # with `b2`, read by `moments`
+        b2: ClassVar[Any]
         eps: ClassVar[Any]  # with `eps_root`, read by `adam_step`
         eps_root: ClassVar[Any]
 
@@ -52,34 +54,46 @@ class AdamMoments(PerArrayTransform):
             "count": jnp.zeros((), jnp.int32),
         }
 
+    def moments(self, g: Any, slots: dict) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
+        """What every step starts with: `(dtype, grad, b1, b2, mu, count, t)`.
+
+        The compute dtype of `g` and the float slots, the gradient, `b1` and `b2` in it, the
+        new first moment, and the path's advanced step count (`t` the count as a float).
+        """
+        dtype = compute_dtype(g, *(v for k, v in slots.items() if k != "count"))
+        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
+        mu = moving_average(b1, slots["mu"], grad, dtype)
+        count = next_count(slots["count"])
+        return dtype, grad, b1, b2, mu, count, count.astype(dtype)
+
     def adam_step(self, mu_hat: Any, nu_hat: Any, dtype: Any) -> Any:
         """`mu_hat / (sqrt(nu_hat + eps_root) + eps)`, Adam's step from corrected moments."""
         return mu_hat / (jnp.sqrt(nu_hat + self.eps_root.astype(dtype)) + self.eps.astype(dtype))
 
 
-class ScaleByAdam(AdamMoments):
-    """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
+class AdamArgs(AdamMoments):
+    """Adam's arguments, in its order, for the relatives that take them first."""
 
-    name: ClassVar[str] = "scale_by_adam"
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-8, check=non_negative)
     eps_root: Any = hyperparam(0.0, check=non_negative)
     mu_dtype: Any = static(None, converter=dtype_or_none)
     nu_dtype: Any = static(None, converter=dtype_or_none)
+
+
+class ScaleByAdam(AdamArgs):
+    """Rescale updates by Adam's bias-corrected moments (see `scale_by_adam`)."""
+
+    name: ClassVar[str] = "scale_by_adam"
     nesterov: bool = static(False)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One Adam step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         nu = moving_average(b2, slots["nu"], grad * grad, dtype)
-        count = next_count(slots["count"])
-        t = count.astype(dtype)
-        u = self.adam_step(
-            first_moment_hat(mu, grad, b1, t, self.nesterov), nu / (1 - b2**t), dtype
-        )
+        mu_hat = first_moment_hat(mu, grad, b1, t, self.nesterov)
+        u = self.adam_step(mu_hat, nu / (1 - b2**t), dtype)
         return u, {"mu": mu, "nu": nu, "count": count}
 
 

@@ -6,11 +6,10 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
+from gradtx._core.lift import as_stored, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import Float16Check
-from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.adam import AdamMoments, first_moment_hat, moving_average
+from gradtx._transforms.adam import AdamArgs, AdamMoments, first_moment_hat, moving_average
 from gradtx._transforms.rms import filled_for
 from gradtx._transforms.shared_args import with_shared_args
 
@@ -24,19 +23,13 @@ __all__ = [
 ]
 
 
-class ScaleByAmsgrad(AdamMoments):
+class ScaleByAmsgrad(AdamArgs):
     """Adam with the running maximum of the second moment (see `scale_by_amsgrad`)."""
 
     name: ClassVar[str] = "scale_by_amsgrad"
     float16_check: ClassVar[Float16Check] = Float16Check(
         ("nu", "nu_max"), "the second moments", "nu_dtype"
     )
-    b1: Any = hyperparam(0.9, check=decay_rate)
-    b2: Any = hyperparam(0.999, check=decay_rate)
-    eps: Any = hyperparam(1e-8, check=non_negative)
-    eps_root: Any = hyperparam(0.0, check=non_negative)
-    mu_dtype: Any = static(None, converter=dtype_or_none)
-    nu_dtype: Any = static(None, converter=dtype_or_none)
     bias_correction_mu: bool = static(True)
     bias_correction_nu: bool = static(True)
 
@@ -50,12 +43,8 @@ class ScaleByAmsgrad(AdamMoments):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One AMSGrad step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"], slots["nu_max"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         nu = moving_average(b2, slots["nu"], grad * grad, dtype)
-        count = next_count(slots["count"])
-        t = count.astype(dtype)
         mu_hat = mu / (1 - b1**t) if self.bias_correction_mu else mu
         nu_hat = nu / (1 - b2**t) if self.bias_correction_nu else nu
         nu_max = as_stored(jnp.maximum(slots["nu_max"].astype(dtype), nu_hat), slots["nu_max"])
@@ -82,35 +71,26 @@ class ScaleByAdamax(AdamMoments):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One AdaMax step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         eps = self.eps.astype(dtype)
         nu = as_stored(
             jnp.maximum(jnp.abs(grad) + eps, b2 * slots["nu"].astype(dtype)), slots["nu"]
         )
-        count = next_count(slots["count"])
-        u = mu / (1 - b1 ** count.astype(dtype)) / nu
+        u = mu / (1 - b1**t) / nu
         return u, {"mu": mu, "nu": nu, "count": count}
 
 
-class ScaleByBelief(AdamMoments):
+class ScaleByBelief(AdamArgs):
     """AdaBelief's rescaling (see `scale_by_belief`)."""
 
     name: ClassVar[str] = "scale_by_belief"
-    b1: Any = hyperparam(0.9, check=decay_rate)
-    b2: Any = hyperparam(0.999, check=decay_rate)
     eps: Any = hyperparam(1e-16, check=non_negative)
     eps_root: Any = hyperparam(1e-16, check=non_negative)
-    mu_dtype: Any = static(None, converter=dtype_or_none)
-    nu_dtype: Any = static(None, converter=dtype_or_none)
     nesterov: bool = static(False)
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One AdaBelief step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         error = grad - mu
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
         # eps_root joins the decayed moment first: summed last, it led XLA's CPU compiler to
@@ -118,8 +98,6 @@ class ScaleByBelief(AdamMoments):
         # step then had to copy (a pass over `nu` more per step).
         nu_new = (1 - b2) * (error * error) + (b2 * slots["nu"].astype(dtype) + eps_root)
         nu = as_stored(nu_new, slots["nu"])
-        count = next_count(slots["count"])
-        t = count.astype(dtype)
         mu_hat = first_moment_hat(mu, grad, b1, t, self.nesterov)
         u = mu_hat / (jnp.sqrt(nu / (1 - b2**t)) + eps)
         return u, {"mu": mu, "nu": nu, "count": count}
@@ -176,12 +154,8 @@ class ScaleByRadam(AdamMoments):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One RAdam step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         nu = moving_average(b2, slots["nu"], grad * grad, dtype)
-        count = next_count(slots["count"])
-        t = count.astype(dtype)
         mu_hat = first_moment_hat(mu, grad, b1, t, self.nesterov)
         nu_hat = nu / (1 - b2**t)
         rho_inf = 2 / (1 - b2) - 1
@@ -218,13 +192,9 @@ class ScaleByYogi(AdamMoments):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One Yogi step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        b1, b2, grad = self.b1.astype(dtype), self.b2.astype(dtype), g.astype(dtype)
-        mu = moving_average(b1, slots["mu"], grad, dtype)
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
         old_nu, g2 = slots["nu"].astype(dtype), grad * grad
         nu = as_stored(old_nu - (1 - b2) * jnp.sign(old_nu - g2) * g2, slots["nu"])
-        count = next_count(slots["count"])
-        t = count.astype(dtype)
         u = self.adam_step(mu / (1 - b1**t), nu / (1 - b2**t), dtype)
         return u, {"mu": mu, "nu": nu, "count": count}
 
@@ -257,17 +227,13 @@ class ScaleByAdan(AdamMoments):
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One Adan step for one array, computed in at least float32."""
-        dtype = compute_dtype(g, slots["mu"], slots["delta"], slots["nu"], slots["prev_grad"])
-        b1, b2, b3 = (self.b1.astype(dtype), self.b2.astype(dtype), self.b3.astype(dtype))
-        grad = g.astype(dtype)
-        count = next_count(slots["count"])
+        dtype, grad, b1, b2, mu, count, t = self.moments(g, slots)
+        b3 = self.b3.astype(dtype)
         first = count == 1
         diff = jnp.where(first, jnp.zeros_like(grad), grad - slots["prev_grad"].astype(dtype))
-        mu = moving_average(b1, slots["mu"], grad, dtype)
         delta = moving_average(b2, slots["delta"], diff, dtype)
         mixed = grad + (1 - b2) * diff
         nu = moving_average(b3, slots["nu"], mixed * mixed, dtype)
-        t = count.astype(dtype)
         direction = mu / (1 - b1**t) + (1 - b2) * delta / (1 - b2**t)
         u = self.adam_step(direction, nu / (1 - b3**t), dtype)
         new = {"mu": mu, "delta": delta, "nu": nu, "prev_grad": grad, "count": count}

@@ -198,7 +198,8 @@ def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) 
     grad = jnp.asarray(grad)
     g_norm, max_norm = jnp.asarray(g_norm), jnp.asarray(max_norm)
     for name, value in (("g_norm", g_norm), ("max_norm", max_norm)):
-        if not _broadcasts_to(value.shape, grad.shape):
+        # `grad`'s rank, each dim `grad`'s or 1.
+        if value.ndim != grad.ndim or any(a not in (1, b) for a, b in zip(value.shape, grad.shape)):
             raise ValueError(
                 f"unitwise_clip: `{name}` has shape {value.shape}, which does not match `grad`'s "
                 f"shape {grad.shape}: pass one norm per element (as `unitwise_norm` gives) or "
@@ -210,8 +211,3 @@ def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) 
     norms = g_norm.astype(dtype), max_norm.astype(dtype)
     clipped = clip_units(*norms, grad.astype(compute_dtype(grad)), jnp.asarray(div_eps, dtype))
     return clipped.astype(grad.dtype)
-
-
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """Whether `shape` has `target`'s rank and each dim equals the target's or is 1."""
-    return len(shape) == len(target) and all(a in (1, b) for a, b in zip(shape, target))

@@ -11,7 +11,7 @@ from jax import lax
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
 from gradtx._core.update_sharding import like
-from gradtx._transforms.linesearch import Line, Linesearch, check_steps, report
+from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
 __all__ = ["scale_by_backtracking_linesearch"]
 
@@ -98,9 +98,7 @@ class ScaleByBacktrackingLinesearch(Linesearch):
         }
         carry = lax.while_loop(keep_going, body, carry)
         failed = carry["no_step"] | ~carry["accepted"]
-        error = jnp.maximum(excess(carry["eta"], carry["value"]), jnp.zeros((), dtype))
-        inf = jnp.full((), jnp.inf, dtype)
-        error = jnp.where(jnp.isnan(error) | carry["no_step"], inf, error)
+        error = missed(jnp.maximum(excess(carry["eta"], carry["value"]), 0), carry["no_step"])
         if self.verbose:
             report(self.name, failed, carry["eta"], error)
         info = {"num_linesearch_steps": carry["step"], "decrease_error": error, "failed": failed}

@@ -10,19 +10,19 @@ import jax.numpy as jnp
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, static
 from gradtx._core.stacked import StackedTransform, as_stacked
-from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
+from gradtx._tree.reductions import sum_of_squares
 
 __all__ = ["clip_by_block_rms", "scale_by_param_block_norm", "scale_by_param_block_rms"]
 
 
 def block_rms(x: Any, dtype: Any) -> Any:
     """`sqrt(mean(x^2))` over the whole array, in `dtype` (NaN for an empty array)."""
-    return jnp.sqrt(_sum_of_squares(x).astype(dtype) / jnp.asarray(x.size, dtype))
+    return jnp.sqrt(sum_of_squares(x).astype(dtype) / jnp.asarray(x.size, dtype))
 
 
 def block_norm(x: Any, dtype: Any) -> Any:
     """`sqrt(sum(x^2))` over the whole array, in `dtype` (0 for an empty array)."""
-    return jnp.sqrt(_sum_of_squares(x).astype(dtype))
+    return jnp.sqrt(sum_of_squares(x).astype(dtype))
 
 
 class _ScaleByParamBlock(StackedTransform):

@@ -10,6 +10,7 @@ from gradtx._core.lift import cast, compute_dtype, map_updates
 from gradtx._core.module import hyperparam, positive, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.statistics import KeepsStatistics, statistics
+from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum
 
 __all__ = ["clip", "clip_by_global_norm", "global_norm"]
@@ -63,11 +64,7 @@ class ClipByGlobalNorm(PerArrayTransform, KeepsStatistics):
         norm = global_norm(updates)
         # One scalar factor, computed once: the per-leaf work stays a single multiply.
         factor = jnp.where(norm < self.max_norm, jnp.float32(1), self.max_norm / norm)
-
-        def clipped(g: Any, _: Any) -> Any:
-            return cast(cast(g, compute_dtype(g)) * factor, g.dtype)
-
-        new_updates = map_updates(clipped, updates, owner=self.name)
+        new_updates = map_updates(lambda g, _: scaled(g, factor), updates, owner=self.name)
         if not self.keep_statistics:
             return new_updates, {}
         return new_updates, statistics(global_norm=norm, clipped=norm > self.max_norm)

@@ -11,7 +11,8 @@ from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.packed import reject_packed
-from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
+from gradtx._transforms.block_rms import block_norm
+from gradtx._tree.reductions import sum_of_squares
 
 __all__ = ["dog_step_size", "initial_distance", "scale_by_distance_over_gradients"]
 
@@ -58,7 +59,7 @@ class ScaleByDistanceOverGradients(PerArrayTransform):
         else:
             start = jnp.array(param, dtype=dtype, copy=True)  # a buffer of its own
         wide = compute_dtype(start)
-        norm = jnp.sqrt(_sum_of_squares(start).astype(wide))
+        norm = block_norm(start, wide)
         return {
             "init_params": start,
             "max_dist": initial_distance(self.reps_rel.astype(wide), norm).astype(dtype),
@@ -70,11 +71,11 @@ class ScaleByDistanceOverGradients(PerArrayTransform):
         start = slots["init_params"]
         dtype = compute_dtype(g, param, start)
         moved = param.astype(dtype) - start.astype(dtype)
-        distance = jnp.sqrt(_sum_of_squares(moved))
+        distance = block_norm(moved, dtype)
         max_dist = as_stored(
             jnp.maximum(slots["max_dist"].astype(dtype), distance), slots["max_dist"]
         )
-        total = slots["grad_sum_of_squares"].astype(dtype) + _sum_of_squares(g).astype(dtype)
+        total = slots["grad_sum_of_squares"].astype(dtype) + sum_of_squares(g).astype(dtype)
         total = as_stored(total, slots["grad_sum_of_squares"])
         step = self.global_scale.astype(dtype) * dog_step_size(
             max_dist, total, self.eps.astype(dtype)

@@ -41,6 +41,7 @@ __all__ = [
     "Linesearch",
     "check_steps",
     "dot",
+    "missed",
     "report",
     "scalar_dtype",
     "value_and_grad_from_state",
@@ -100,23 +101,28 @@ def _missing(owner: str, name: str) -> TypeError:
 class Line:
     """The line `params + eta * updates` over the paths present in `updates`.
 
+    Built from `update`'s arguments, which it checks: the params, and in `extra` the `value`
+    and `grad` at `params` and the `value_fn` (with the other entries it names).
     `directions` and the gradients it returns are the real views of those paths, in their
     compute dtypes; scalars (the values `value0`, the slopes `slope0`) are in `dtype`.
     """
 
-    def __init__(
-        self,
-        owner: str,
-        updates: Any,
-        params: Any,
-        value: Any,
-        grad: Any,
-        value_fn: Callable,
-        fn_kwargs: dict[str, Any],
-        dtype: Any,
-    ) -> None:
-        self.owner, self.updates, self.params = owner, updates, params
-        self.value_fn, self.fn_kwargs, self.dtype = value_fn, fn_kwargs, dtype
+    def __init__(self, owner: str, updates: Any, params: Any, extra: dict, dtype: Any) -> None:
+        reject_packed(updates, owner, "evaluates the loss at points along the updates")
+        if params is None:
+            raise ValueError(
+                f"{owner} needs the params: call `tx.update(updates, state, params, "
+                "value=..., grad=..., value_fn=...)`."
+            )
+        rest = dict(extra)
+        value, grad, value_fn = (rest.pop(k, None) for k in ("value", "grad", "value_fn"))
+        for name, given in (("value_fn", value_fn), ("value", value), ("grad", grad)):
+            if given is None:
+                raise _missing(owner, name)
+        if not callable(value_fn):
+            raise TypeError(f"{owner}: `value_fn` must be a function of the params.")
+        self.owner, self.updates, self.params, self.dtype = owner, updates, params, dtype
+        self.value_fn, self.fn_kwargs = value_fn, _value_fn_kwargs(value_fn, rest)
         paths, leaves, _ = flatten(updates)
         self.paths = tuple(p for p, u in zip(paths, leaves) if u is not None)
         self.directions = [_real(u) for u in leaves if u is not None]
@@ -222,22 +228,7 @@ class Linesearch(Transformation, KeepsStatistics):
     def line(self, updates: Any, state: dict, params: Any, extra: dict[str, Any]) -> Line:
         """The checked arguments of `update`, as the line to search along."""
         check_state_keys(self.name, state, self.state_keys())
-        reject_packed(updates, self.name, "evaluates the loss at points along the updates")
-        if params is None:
-            raise ValueError(
-                f"{self.name} needs the params: call `tx.update(updates, state, params, "
-                "value=..., grad=..., value_fn=...)`."
-            )
-        rest = dict(extra)
-        value, grad, value_fn = (rest.pop(k, None) for k in ("value", "grad", "value_fn"))
-        for name, given in (("value_fn", value_fn), ("value", value), ("grad", grad)):
-            if given is None:
-                raise _missing(self.name, name)
-        if not callable(value_fn):
-            raise TypeError(f"{self.name}: `value_fn` must be a function of the params.")
-        kwargs = _value_fn_kwargs(value_fn, rest)
-        dtype = state["value"].dtype
-        return Line(self.name, updates, params, value, grad, value_fn, kwargs, dtype)
+        return Line(self.name, updates, params, extra, state["value"].dtype)
 
     def finish(
         self, line: Line, state: dict, eta: Any, value: Any, grads: list | None, info: dict
@@ -263,6 +254,11 @@ def check_steps(value: Any, name: str) -> None:
     """Raise unless `value` (the argument `name`) is a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def missed(error: jax.Array, no_step: jax.Array) -> jax.Array:
+    """How much a condition missed by (0 when met); `inf` when no step was taken, or for NaN."""
+    return jnp.where(jnp.isnan(error) | no_step, jnp.full((), jnp.inf, error.dtype), error)
 
 
 def report(owner: str, failed: jax.Array, eta: jax.Array, error: jax.Array) -> None:

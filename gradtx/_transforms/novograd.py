@@ -13,7 +13,7 @@ from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import is_literal_zero
-from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
+from gradtx._tree.reductions import sum_of_squares
 
 __all__ = ["scale_by_novograd"]
 
@@ -59,7 +59,7 @@ class ScaleByNovograd(PerArrayTransform):
         dtype = compute_dtype(g, slots["mu"], slots["nu"])
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         grad = g.astype(dtype)
-        norm2 = _sum_of_squares(g).astype(dtype)
+        norm2 = sum_of_squares(g).astype(dtype)
         count = next_count(slots["count"])
         first = count == 1
         nu = jnp.where(first, norm2, b2 * slots["nu"].astype(dtype) + (1 - b2) * norm2)

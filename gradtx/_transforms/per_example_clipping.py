@@ -15,6 +15,7 @@ from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.complex import reject_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
+from gradtx._paths.subset import present_paths
 
 __all__ = ["per_example_global_norm_clip", "per_example_layer_norm_clip"]
 
@@ -38,9 +39,8 @@ class _PerExampleClip(Transformation, KeepsStatistics):
             return {}
         if not self.per_leaf:
             return statistics(num_clipped=jnp.zeros((), jnp.int32))
-        paths, leaves, _ = flatten(params)
         # A buffer per path: a donated step donates each (see gradtx/_core/statistics.py).
-        counts = {p: jnp.zeros((), jnp.int32) for p, x in zip(paths, leaves) if x is not None}
+        counts = {p: jnp.zeros((), jnp.int32) for p in present_paths(params)}
         return statistics(num_clipped=statistics(counts))
 
     def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
@@ -53,8 +53,7 @@ class _PerExampleClip(Transformation, KeepsStatistics):
             raise KeyError(
                 f"{self.name}: expected the state made by its init, with {what} 'num_clipped'."
             )
-        paths, _, treedef, present = _per_example_leaves(updates, self.name)
-        _batch_size(present, self.name)
+        paths, treedef, present, _ = per_example_leaves(updates, self.name)
         if self.keep_statistics and self.per_leaf:
             unknown = [p for p, _ in present if p not in state["num_clipped"]]
             if unknown:
@@ -79,7 +78,7 @@ class _PerExampleClip(Transformation, KeepsStatistics):
             ...
 
 
-def _clipped_sums(
+def clipped_sums(
     present: list[tuple[str, Any]], clip: Any, share: float = 1.0
 ) -> tuple[dict[str, Any], Any]:
     """The leaves of `present` summed over the batch, each example clipped to their joint norm.
@@ -97,31 +96,22 @@ def _clipped_sums(
     return sums, jnp.sum(over, dtype=jnp.int32)
 
 
-def _globally_clipped_sum(
-    present: list[tuple[str, Any]], leaves: list, batch: int, l2_norm_clip: Any
-) -> tuple[list, Any]:
-    """`_clipped_sums(present, l2_norm_clip)` as a list like `leaves` (`None` where it has none)."""
-    sums, num_clipped = _clipped_sums(present, l2_norm_clip)
-    summed = iter(sums.values())
-    return [None if g is None else next(summed) for g in leaves], num_clipped
-
-
 def _example_squares(g: Any, dtype: Any) -> Any:
     """Each example's sum of squares: `g` summed over every axis but the leading batch axis."""
     y = g.astype(dtype)
     return jnp.sum(y * y, axis=tuple(range(1, y.ndim)))
 
 
-def _per_example_leaves(updates: Any, owner: str) -> tuple[Any, list, Any, list]:
-    """Paths, leaves, treedef and the `(path, leaf)` pairs present, packed and complex refused."""
+def per_example_leaves(updates: Any, owner: str) -> tuple[tuple[str, ...], Any, list, int]:
+    """Per-example gradients: paths, treedef, the `(path, leaf)` pairs present, batch size.
+
+    Packed and complex updates are refused; every present leaf needs the same leading batch
+    axis (the batch size is 0 when no leaf is present).
+    """
     reject_packed(updates, owner, _BATCH_AXIS)
     reject_complex(updates, owner, "needs a leading batch axis on every leaf")
     paths, leaves, treedef = flatten(updates)
-    return paths, leaves, treedef, [(p, g) for p, g in zip(paths, leaves) if g is not None]
-
-
-def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
-    """The batch size (the leading axis) that every leaf of `present` shares, 0 for none."""
+    present = [(p, g) for p, g in zip(paths, leaves) if g is not None]
     sizes = {}
     for path, g in present:
         if np.ndim(g) == 0:
@@ -136,7 +126,23 @@ def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
             f"{owner}: the per-example gradients disagree on the batch size (leading axis) "
             f"({shown})."
         )
-    return next(iter(sizes), 0)
+    return paths, treedef, present, next(iter(sizes), 0)
+
+
+# The helpers' older private names, for callers not yet moved to the names above.
+def _per_example_leaves(updates: Any, owner: str) -> tuple[Any, list, Any, list]:
+    paths, treedef, present, _ = per_example_leaves(updates, owner)
+    return paths, flatten(updates)[1], treedef, present
+
+
+def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
+    return len(present) and int(np.shape(present[0][1])[0])
+
+
+def _globally_clipped_sum(present: list, leaves: list, batch: int, clip: Any) -> tuple:
+    sums, num_clipped = clipped_sums(present, clip)
+    summed = iter(sums.values())
+    return [None if g is None else next(summed) for g in leaves], num_clipped
 
 
 class PerExampleGlobalNormClip(_PerExampleClip):
@@ -149,7 +155,7 @@ class PerExampleGlobalNormClip(_PerExampleClip):
 
     def clipped_sums(self, present: list[tuple[str, Any]]) -> tuple[dict[str, Any], Any]:
         """Every leaf clipped together: one norm per example, one count."""
-        return _clipped_sums(present, self.l2_norm_clip)
+        return clipped_sums(present, self.l2_norm_clip)
 
 
 def per_example_global_norm_clip(l2_norm_clip: float) -> PerExampleGlobalNormClip:
@@ -200,7 +206,7 @@ class PerExampleLayerNormClip(_PerExampleClip):
         """Each leaf clipped on its own, to its share of the bound: a sum and a count per path."""
         sums, counts = {}, {}
         for (path, g), share in zip(present, _layer_shares(present, self.uniform)):
-            one, counts[path] = _clipped_sums([(path, g)], self.global_l2_norm_clip, share)
+            one, counts[path] = clipped_sums([(path, g)], self.global_l2_norm_clip, share)
             sums.update(one)
         return sums, counts
 

@@ -10,7 +10,7 @@ from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.scale import scaled
-from gradtx._tree.reductions import global_sum as global_sum_of_squares
+from gradtx._tree.reductions import global_sum
 
 __all__ = ["scale_by_polyak"]
 
@@ -23,14 +23,6 @@ def _variant(value: Any, name: str) -> str:
     if value not in _VARIANTS:
         raise ValueError(f"`variant` must be one of {list(_VARIANTS)}, got {value!r}")
     return value
-
-
-def _missing_value(owner: str) -> TypeError:
-    return TypeError(
-        f"{owner} needs the loss: pass it as the `value` argument, "
-        "`tx.update(grads, state, params, value=loss)` (for example from "
-        "`loss, grads = jax.value_and_grad(loss_fn)(params)`)."
-    )
 
 
 class ScaleByPolyak(PerArrayTransform):
@@ -47,8 +39,12 @@ class ScaleByPolyak(PerArrayTransform):
         self.check_state(state)
         value = extra.get("value")
         if value is None:
-            raise _missing_value(self.name)
-        squared = global_sum_of_squares(updates)
+            raise TypeError(
+                f"{self.name} needs the loss: pass it as the `value` argument, "
+                "`tx.update(grads, state, params, value=loss)` (for example from "
+                "`loss, grads = jax.value_and_grad(loss_fn)(params)`)."
+            )
+        squared = global_sum(updates)
         gap = jnp.asarray(value, jnp.float32) - self.f_min
         if self.variant == "sps+":
             gap = jnp.maximum(gap, 0.0)

@@ -126,9 +126,7 @@ class RecordsScheduledValue(PerArrayTransform, KeepsStatistics):
     def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
         """The scaled updates; the value is recorded from the counts just advanced."""
         self.check_state(state)
-        if not self.slot_keys():
-            return self.transform_slots(updates, state, params)
-        slots = {"schedule_count": state["schedule_count"]}
+        slots = {k: state[k] for k in self.slot_keys()}
         new_updates, new = self.transform_slots(updates, slots, params)
         if "scheduled" not in self.state_keys():
             return new_updates, new

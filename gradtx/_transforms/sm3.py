@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
@@ -73,12 +74,8 @@ class ScaleBySm3(PerArrayTransform):
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero momentum like the param and zero accumulators (in `v_dtype`)."""
-        shape = tuple(param.shape)
         v_dtype = param.dtype if self.v_dtype is None else self.v_dtype
-        return {
-            "mu": zeros_for(param),
-            "v": jnp.zeros(accumulator_size(shape), v_dtype),
-        }
+        return {"mu": zeros_for(param), "v": jnp.zeros(accumulator_size(param.shape), v_dtype)}
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One SM3-II step for one array, then the momentum of the scaled gradient."""
@@ -88,7 +85,7 @@ class ScaleBySm3(PerArrayTransform):
         v = slots["v"].astype(dtype)
         shape = tuple(g.shape)
         # nu(i) = min over the cover sets holding i of their accumulators (a scalar: its own).
-        nu = _smallest(_per_axis(v, shape)) if shape else v
+        nu = functools.reduce(jnp.minimum, _per_axis(v, shape)) if shape else v
         weight = jnp.where(b2 == 1, jnp.ones((), dtype), 1 - b2)
         acc = weight * (grad * grad) + b2 * nu
         if len(shape) <= 1:
@@ -103,13 +100,6 @@ class ScaleBySm3(PerArrayTransform):
         scaled = grad * jnp.where(acc > 0, lax.rsqrt(acc + eps), 0)
         mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * scaled, slots["mu"])
         return mu, {"mu": mu, "v": new_v}
-
-
-def _smallest(parts: list[Any]) -> Any:
-    out = parts[0]
-    for part in parts[1:]:
-        out = jnp.minimum(out, part)
-    return out
 
 
 def scale_by_sm3(

@@ -10,16 +10,11 @@ from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, is_schedule, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.stacked import StackedTransform, as_stacked
+from gradtx._transforms.block_rms import block_norm
 from gradtx._transforms.scale import scheduled_value
 from gradtx._transforms.weight_decay import SelectsByMask, optional_selector
-from gradtx._tree.reductions import sum_of_squares as _sum_of_squares
 
 __all__ = ["scale_by_trust_ratio"]
-
-
-def norm_of(x: Any, dtype: Any) -> Any:
-    """The L2 norm of a whole array, in `dtype`."""
-    return jnp.sqrt(_sum_of_squares(x).astype(dtype))
 
 
 class ScaleByTrustRatio(SelectsByMask, StackedTransform):
@@ -42,8 +37,8 @@ class ScaleByTrustRatio(SelectsByMask, StackedTransform):
         """Scale one array by its trust ratio (1 where either clamped norm is zero)."""
         dtype = compute_dtype(g, param)
         lo = self.min_norm.astype(dtype)
-        p_norm = jnp.maximum(norm_of(param, dtype), lo)
-        g_norm = jnp.maximum(norm_of(g, dtype), lo)
+        p_norm = jnp.maximum(block_norm(param, dtype), lo)
+        g_norm = jnp.maximum(block_norm(g, dtype), lo)
         zero = (p_norm == 0) | (g_norm == 0)
         tc, eps = self.trust_coefficient.astype(dtype), self.eps.astype(dtype)
         denominator = jnp.where(zero, jnp.ones_like(g_norm), g_norm + eps)

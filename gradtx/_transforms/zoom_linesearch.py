@@ -11,7 +11,7 @@ from jax import lax
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
 from gradtx._core.update_sharding import like
-from gradtx._transforms.linesearch import Line, Linesearch, check_steps, report
+from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
 __all__ = ["scale_by_zoom_linesearch"]
 
@@ -151,19 +151,15 @@ class ScaleByZoomLinesearch(Linesearch):
         use_last = carry["met"] | ~carry["found"]
         eta, value, slope = _pick(use_last, carry["last"][:3], carry["safe"])
         grads = carry["last"][3]  # the safe point's, when it was evaluated again
-        inf = jnp.full((), jnp.inf, dtype)
-        decrease_error = jnp.where(
-            c.decrease(eta, value, slope), jnp.zeros((), dtype), c.excess(eta, value)
-        )
-        decrease_error = jnp.where(carry["no_step"], inf, decrease_error)
-        curvature_error = jnp.maximum(c.curvature_excess(slope), jnp.zeros((), dtype))
-        curvature_error = jnp.where(carry["no_step"], inf, curvature_error)
+        decrease_error = jnp.where(c.decrease(eta, value, slope), 0, c.excess(eta, value))
+        decrease_error = missed(decrease_error, carry["no_step"])
+        curvature_error = missed(jnp.maximum(c.curvature_excess(slope), 0), carry["no_step"])
         if self.verbose:
             report(self.name, ~carry["met"], eta, jnp.maximum(decrease_error, curvature_error))
         info = {
             "num_linesearch_steps": carry["step"],
-            "decrease_error": _finite_or_inf(decrease_error),
-            "curvature_error": _finite_or_inf(curvature_error),
+            "decrease_error": decrease_error,
+            "curvature_error": curvature_error,
             "failed": ~carry["met"],
         }
         return self.finish(line, state, eta, value, grads, info)
@@ -274,10 +270,6 @@ class _Conditions:
     def curvature(self, slope: jax.Array) -> jax.Array:
         """The strong Wolfe curvature condition."""
         return self.curvature_excess(slope) <= 0
-
-
-def _finite_or_inf(x: jax.Array) -> jax.Array:
-    return jnp.where(jnp.isnan(x), jnp.full((), jnp.inf, x.dtype), x)
 
 
 def scale_by_zoom_linesearch(
