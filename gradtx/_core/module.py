@@ -184,13 +184,13 @@ def hyperparam(
 ) -> Any:
     """A numeric hyperparameter: a float32 leaf, a schedule, or a static function.
 
-    Stored as `as_float` converts it. A known value (a number, a NumPy array, a JAX array that is no tracer)
-    is validated at construction, every entry of an array: it must be finite and pass
-    `check` (a function of the value returning what is wrong, or None). A traced value
-    (inside `jit` or `vmap`) cannot be checked without its value on the host, so it is not.
-    The field is a scalar where the update uses it (see `check_scalar_hyperparams`); an
-    array of values is for a `jax.vmap` sweep over stacked transformations. `required`: the
-    value may not be None.
+    Stored as `as_float` converts it. A known value (a number, a NumPy array, a JAX array
+    that is no tracer) is validated at construction, every entry of an array: it must be
+    finite and pass `check` (a function of the value returning what is wrong, or None). A
+    traced value (inside `jit` or `vmap`) cannot be checked without its value on the host,
+    so it is not. The field is a scalar where the update uses it (see
+    `check_scalar_hyperparams`); an array of values is for a `jax.vmap` sweep over stacked
+    transformations. `required`: the value may not be None.
     """
     metadata = {"static": False, "converter": as_float, "check": check, "required": required}
     return dataclasses.field(default=default, metadata={**metadata, "hyperparam": True})

@@ -14,7 +14,7 @@ from jax.core import Tracer
 from gradtx._core.lift import check_state_keys, init_slots, update_slots
 from gradtx._core.module import is_schedule
 from gradtx._core.protocol import Params, State, Transformation, Updates
-from gradtx._layouts.packed import join_path
+from gradtx._layouts.packed import join_path, reject_packed
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
@@ -78,6 +78,9 @@ class PerArrayTransform(Transformation):
     # Slots of squared gradients (second moments, sums of squares): in float16 they underflow,
     # so `init` warns about float16 params that would keep them in float16.
     float16_check: ClassVar[Float16Check | None] = None
+    # Why the math cannot run on packed params (per-array state of its own shape, a random
+    # stream per path, ...): `init` refuses packed params with this reason. None: it can.
+    unpackable: ClassVar[str | None] = None
 
     def state_keys(self) -> tuple[str, ...]:
         """Names of the per-path slots this transformation keeps."""
@@ -118,6 +121,7 @@ class PerArrayTransform(Transformation):
 
     def init_state(self, params: Params) -> dict:
         """Slots for every non-`None` leaf of `params`."""
+        check_packable(self, params)
         warn_float16_statistics(self, params, self.selected_paths(params, params))
         keys = self.slot_keys()
         counts = [k for k in keys if k in self.step_count_slots]
@@ -145,6 +149,12 @@ class PerArrayTransform(Transformation):
             per_leaf=self.per_leaf_structure,
             masked_update=self.masked_update_leaf,
         )
+
+
+def check_packable(tx: PerArrayTransform, params: Params) -> None:
+    """Raise if `params` hold packed buffers that `tx` cannot serve (see `unpackable`)."""
+    if tx.unpackable is not None:
+        reject_packed(params, tx.name, tx.unpackable)
 
 
 def warn_float16_statistics(tx: Any, params: Params, where: set[str] | None = None) -> None:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.lift import init_slots, update_slots
-from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.per_array import PerArrayTransform, check_packable, warn_float16_statistics
 from gradtx._core.protocol import Params, Updates
 from gradtx._paths.paths import flatten, virtual
 from gradtx._paths.selectors import Selector, SelectorError, as_selector, select
@@ -137,6 +137,8 @@ class StackedTransform(PerArrayTransform):
 
     def init_state(self, params: Params) -> dict:
         """Slots for every non-`None` leaf; stacked leaves get one slice per stacked index."""
+        check_packable(self, params)
+        warn_float16_statistics(self, params)
         depth = resolve_stacked(self.stacked, params, self.name, strict=True)
         if not self.state_keys():
             return {}

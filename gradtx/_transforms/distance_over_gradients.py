@@ -10,7 +10,6 @@ import jax.numpy as jnp
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.block_rms import block_norm
 from gradtx._tree.reductions import sum_of_squares
 
@@ -31,6 +30,7 @@ class ScaleByDistanceOverGradients(PerArrayTransform):
     """Per-array DoG step sizes (see `scale_by_distance_over_gradients`)."""
 
     name: ClassVar[str] = "scale_by_distance_over_gradients"
+    unpackable: ClassVar[str] = "keeps a distance and a gradient sum per array"
     needs_params: ClassVar[bool] = True
     per_leaf_structure: ClassVar[bool] = True
     reps_rel: Any = hyperparam(1e-6)
@@ -42,17 +42,8 @@ class ScaleByDistanceOverGradients(PerArrayTransform):
         """The starting point, the largest distance and the gradients' sum of squares."""
         return ("init_params", "max_dist", "grad_sum_of_squares")
 
-    def init_state(self, params: Any) -> dict:
-        """Per path: a copy of the param and its starting distance (`init` needs the values).
-
-        `jax.ShapeDtypeStruct` leaves give zeros, to restore a checkpoint into. Packed params
-        are refused (the distances are per array).
-        """
-        reject_packed(params, self.name, "keeps a distance and a gradient sum per array")
-        return super().init_state(params)
-
     def init_leaf(self, param: Any) -> dict[str, Any]:
-        """`x_0` (in `param_dtype`), `reps_rel * (1 + ||x_0||)` and a zero sum of squares."""
+        """`x_0` (in `param_dtype`; zeros for `ShapeDtypeStruct`s), its distance, a zero sum."""
         dtype = param.dtype if self.param_dtype is None else self.param_dtype
         if isinstance(param, jax.ShapeDtypeStruct):
             start = zeros_for(param, dtype)

@@ -10,9 +10,8 @@ import numpy as np
 
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, non_negative, static
-from gradtx._core.per_array import Float16Check, warn_float16_statistics
+from gradtx._core.per_array import Float16Check
 from gradtx._core.stacked import StackedTransform, as_stacked
-from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten, virtual
 
@@ -44,6 +43,7 @@ class ScaleByFactoredRms(StackedTransform):
     """Scale by Adafactor's (factored) second-moment estimate (see `scale_by_factored_rms`)."""
 
     name: ClassVar[str] = "scale_by_factored_rms"
+    unpackable: ClassVar[str] = "keeps factored moments whose shapes differ from the params'"
     float16_check: ClassVar[Float16Check] = Float16Check(
         ("v_row", "v_col", "v"), "the second moments", "v_dtype"
     )
@@ -72,14 +72,6 @@ class ScaleByFactoredRms(StackedTransform):
                 shape = tuple(np.shape(leaf))[depth.get(path, 0) :]
                 split[self._dims(shape) is not None].add(path)
         return (("v_row", "v_col", "count"), split[True]), (("v", "count"), split[False])
-
-    def init_state(self, params: Any) -> dict:
-        """Zero moments per path: factored row and column statistics, or a full `v`."""
-        reject_packed(
-            params, self.name, "keeps factored moments whose shapes differ from the params'"
-        )
-        warn_float16_statistics(self, params)
-        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """Zeros in `v_dtype`: `v` like the param, or the reduced `v_row`, `v_col`."""

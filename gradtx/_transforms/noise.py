@@ -12,7 +12,6 @@ import numpy as np
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import field, hyperparam
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._layouts.packed import reject_packed
 
 __all__ = ["add_noise"]
 
@@ -45,6 +44,7 @@ class AddNoise(PerArrayTransform):
     """Add annealed Gaussian noise, one random stream per path (see `add_noise`)."""
 
     name: ClassVar[str] = "add_noise"
+    unpackable: ClassVar[str] = "keeps one random stream per path"
     per_leaf_structure: ClassVar[bool] = True
     eta: Any = hyperparam()
     gamma: Any = hyperparam()
@@ -56,7 +56,6 @@ class AddNoise(PerArrayTransform):
 
     def init_state(self, params: Any) -> dict:
         """Count 0 and the key `fold_in(seed, crc32(path))` for every path."""
-        reject_packed(params, self.name, "keeps one random stream per path")
         state = super().init_state(params)
         state["rng_key"] = {p: path_key(k, p) for p, k in state["rng_key"].items()}
         return state

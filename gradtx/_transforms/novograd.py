@@ -9,7 +9,6 @@ import jax.numpy as jnp
 from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import Float16Check, PerArrayTransform
-from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import is_literal_zero
@@ -22,6 +21,7 @@ class ScaleByNovograd(PerArrayTransform):
     """NovoGrad's layer-wise normalised momentum (see `scale_by_novograd`)."""
 
     name: ClassVar[str] = "scale_by_novograd"
+    unpackable: ClassVar[str] = "keeps a scalar second moment per array"
     per_leaf_structure: ClassVar[bool] = True
     b1: Any = hyperparam(0.9, check=decay_rate)
     b2: Any = hyperparam(0.25, check=decay_rate)
@@ -40,11 +40,6 @@ class ScaleByNovograd(PerArrayTransform):
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu`, the per-array second moment `nu` and the path's `count`."""
         return ("mu", "nu", "count")
-
-    def init_state(self, params: Any) -> dict:
-        """Slots for every non-`None` leaf (packed params are refused: `nu` is per array)."""
-        reject_packed(params, self.name, "keeps a scalar second moment per array")
-        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero `mu` (in `mu_dtype`), a zero scalar `nu` (the param's dtype), count 0."""

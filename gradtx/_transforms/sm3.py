@@ -12,7 +12,6 @@ from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._core.update_sharding import whole
-from gradtx._layouts.packed import reject_packed
 
 __all__ = ["accumulator_size", "scale_by_sm3"]
 
@@ -54,6 +53,7 @@ class ScaleBySm3(PerArrayTransform):
     """SM3's per-cover-set second moments and momentum (see `scale_by_sm3`)."""
 
     name: ClassVar[str] = "scale_by_sm3"
+    unpackable: ClassVar[str] = "keeps accumulators shaped by each array's axes"
     per_leaf_structure: ClassVar[bool] = True
     float16_check: ClassVar[Float16Check] = Float16Check(
         ("v",), "the accumulators of squared gradients", "v_dtype"
@@ -66,11 +66,6 @@ class ScaleBySm3(PerArrayTransform):
     def state_keys(self) -> tuple[str, ...]:
         """The momentum `mu` and the cover-set accumulators `v`."""
         return ("mu", "v")
-
-    def init_state(self, params: Any) -> dict:
-        """Zero slots per path (packed params are refused: `v` is shaped per array)."""
-        reject_packed(params, self.name, "keeps accumulators shaped by each array's axes")
-        return super().init_state(params)
 
     def init_leaf(self, param: Any) -> dict[str, Any]:
         """A zero momentum like the param and zero accumulators (in `v_dtype`)."""
