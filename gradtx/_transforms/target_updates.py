@@ -16,8 +16,8 @@ from jax import lax
 
 from gradtx._core.lift import compute_dtype
 from gradtx._layouts.packed import check_same_layout
-from gradtx._paths.paths import flatten, is_unit
-from gradtx._tree.arithmetic import _sample
+from gradtx._paths.paths import is_unit
+from gradtx._tree.arithmetic import aligned
 
 __all__ = ["incremental_update", "periodic_update"]
 
@@ -28,25 +28,11 @@ def _pairs(fn: str, new_tensors: Any, old_tensors: Any) -> tuple[Any, list[tuple
     Raises a `ValueError` naming the first path one tree has and the other lacks, or the
     first path whose shapes differ.
     """
-    old_paths, old_leaves, treedef = flatten(old_tensors)
-    new_paths, new_leaves, _ = flatten(new_tensors)
-    by_path = dict(zip(new_paths, new_leaves))
-    known = set(old_paths)
-    missing = [p for p in old_paths if p not in by_path]
-    extra = [p for p in new_paths if p not in known]
-    if missing or extra:
-        where = (
-            f"path {missing[0]!r} is in `old_tensors` but not in `new_tensors`"
-            if missing
-            else f"path {extra[0]!r} is in `new_tensors` but not in `old_tensors`"
-        )
-        raise ValueError(
-            f"{fn}: the trees must have the same paths, but {where}. `new_tensors` has paths "
-            f"{_sample(new_paths)}; `old_tensors` has {_sample(old_paths)}."
-        )
+    treedef, paths, (olds, news) = aligned(
+        fn, ["old_tensors", "new_tensors"], [old_tensors, new_tensors]
+    )
     pairs = []
-    for path, old in zip(old_paths, old_leaves):
-        new = by_path[path]
+    for path, old, new in zip(paths, olds, news):
         if new is not None and old is not None:
             if is_unit(new) or is_unit(old):
                 unit, other = (old, new) if is_unit(old) else (new, old)

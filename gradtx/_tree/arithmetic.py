@@ -51,10 +51,11 @@ def _sample(paths: Sequence[str]) -> str:
     return f"[{shown}{', ...' if len(paths) > _SHOWN else ''}]"
 
 
-def _aligned(fn: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, tuple, list]:
+def aligned(owner: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, tuple, list]:
     """`(treedef of the first tree, its paths, [leaves of each tree in that path order])`.
 
-    Raises a `ValueError` naming the first path that one tree has and the first lacks.
+    Raises a `ValueError`, from `owner`, naming the first path that one tree has and the
+    first lacks.
     """
     paths, first, treedef = flatten(trees[0])
     columns = [first]
@@ -74,7 +75,7 @@ def _aligned(fn: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, 
                 else f"path {extra[0]!r} is in `{name}` but not in `{names[0]}`"
             )
             raise ValueError(
-                f"tree.{fn}: the trees must have the same paths, but {where}. "
+                f"{owner}: the trees must have the same paths, but {where}. "
                 f"`{names[0]}` has paths {_sample(paths)}; `{name}` has {_sample(other_paths)}."
             )
         columns.append([index[p] for p in paths])
@@ -83,7 +84,7 @@ def _aligned(fn: str, names: Sequence[str], trees: Sequence[Any]) -> tuple[Any, 
 
 def _map(fn: str, names: Sequence[str], f: Callable, *trees: Any) -> Any:
     """`f(path, *leaves)` at each path, `None` where any input is `None`; shaped like `trees[0]`."""
-    treedef, paths, columns = _aligned(fn, names, trees)
+    treedef, paths, columns = aligned(f"tree.{fn}", names, trees)
     out = [
         None if any(x is None for x in leaves) else f(p, *leaves)
         for p, leaves in zip(paths, zip(*columns))

@@ -27,7 +27,7 @@ from gradtx._core.widening import narrow_source
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import LARGE_LEAF, concatenate
 from gradtx._paths.paths import flatten, is_unit
-from gradtx._tree.arithmetic import _aligned, _present
+from gradtx._tree.arithmetic import _present, aligned
 
 __all__ = [
     "allclose",
@@ -165,7 +165,7 @@ def vdot(a: Any, b: Any) -> jax.Array:
         >>> gradtx.tree.vdot({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])})
         Array(11., dtype=float32)
     """
-    _, paths, (xs, ys) = _aligned("vdot", ["a", "b"], [a, b])
+    _, paths, (xs, ys) = aligned("tree.vdot", ["a", "b"], [a, b])
     parts = []
     for p, x, y in zip(paths, xs, ys):
         if x is None or y is None:
@@ -306,7 +306,7 @@ def allclose(
         >>> gradtx.tree.allclose(a, {"w": jnp.full(2, 1.001)}, rtol=1e-2)
         Array(True, dtype=bool)
     """
-    _, paths, (xs, ys) = _aligned("allclose", ["a", "b"], [a, b])
+    _, paths, (xs, ys) = aligned("tree.allclose", ["a", "b"], [a, b])
     result = jnp.asarray(True)
     for p, x, y in zip(paths, xs, ys):
         if x is None and y is None:
