@@ -15,8 +15,6 @@ from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.packed import check_same_layout
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["apply_updates"]
-
 
 def apply_updates(params: Params, updates: Updates) -> Params:
     """Return `params + updates`, matched by path, each result in its parameter's dtype.

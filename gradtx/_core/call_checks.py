@@ -31,16 +31,6 @@ from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import is_unit
 from gradtx._paths.subset import present_paths
 
-__all__ = [
-    "check_complete",
-    "check_leaves",
-    "check_schedules",
-    "check_shapes",
-    "check_stable_carry",
-    "declared",
-    "partial_allowed",
-]
-
 _local = threading.local()
 
 

@@ -19,8 +19,6 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-__all__ = ["dispatchable", "eager_dispatch"]
-
 
 def _is_array_like(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool))

@@ -17,8 +17,6 @@ import jax
 import numpy as np
 from jax.extend import core as jex_core
 
-__all__ = ["is_elementwise", "keeps_no_arrays", "trace_once"]
-
 # Primitives that act element by element (broadcasts and reshapes of scalars included).
 _ELEMENTWISE = frozenset(
     """abs add and atan2 broadcast_in_dim ceil clamp complex conj convert_element_type copy

@@ -48,19 +48,6 @@ from gradtx._layouts.packed import (
 from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = [
-    "as_stored",
-    "cast",
-    "compute_dtype",
-    "dtype_or_none",
-    "init_slots",
-    "map_updates",
-    "split_explicitly",
-    "update_dtype",
-    "update_slots",
-    "zeros_for",
-]
-
 # `{slot name: {path: value}}`; a slot that counts steps is a `StepCounts`.
 Slots = dict[str, Mapping[str, Any]]
 

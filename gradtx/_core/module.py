@@ -35,22 +35,6 @@ import numpy as np
 from jax.core import Tracer
 from typing_extensions import Self, dataclass_transform
 
-__all__ = [
-    "Module",
-    "as_float",
-    "as_int",
-    "check_hyperparam",
-    "check_scalar_hyperparams",
-    "decay_rate",
-    "field",
-    "hyperparam",
-    "is_schedule",
-    "momentum_rate",
-    "non_negative",
-    "positive",
-    "static",
-]
-
 
 def field(*, static: bool = False, converter: Callable | None = None, **kwargs: Any) -> Any:
     """A dataclass field of a `Module`, optionally static, with `converter(value, name)`."""

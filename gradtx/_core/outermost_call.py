@@ -37,13 +37,6 @@ from gradtx._core.statistics import reading_replaced
 from gradtx._core.update_sharding import explicit, like_params, like_state
 from gradtx._paths.paths import flatten
 
-__all__ = [
-    "add_init_finisher",
-    "outermost_init",
-    "outermost_update",
-    "takes_param_shaped_gradients",
-]
-
 # What runs on the state of the user's own `init` call. The state tools register here, a
 # layer below this one: placing the state where the params' Flax metadata says
 # (`optimizer_sharding`) needs their slot layouts.

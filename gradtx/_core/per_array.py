@@ -18,8 +18,6 @@ from gradtx._layouts.packed import join_path, reject_packed
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["PerArrayTransform", "Float16Check", "hyperparam_at", "warn_float16_statistics"]
-
 
 @dataclasses.dataclass(frozen=True)
 class Float16Check:

@@ -24,15 +24,6 @@ from gradtx._core.module import Module, is_schedule
 from gradtx._core.outermost_call import outermost_init, outermost_update
 from gradtx._paths.subset import present_paths
 
-__all__ = [
-    "Params",
-    "State",
-    "Transformation",
-    "Updates",
-    "merge_descriptions",
-    "own_hyperparams",
-]
-
 # Pytrees of arrays (or `None` leaves), keyed by path; see gradtx/_paths/paths.py.
 Params = Any
 Updates = Any

@@ -23,8 +23,6 @@ from gradtx._core.protocol import Params, Updates
 from gradtx._paths.paths import flatten, virtual
 from gradtx._paths.selectors import Selector, SelectorError, as_selector, select
 
-__all__ = ["StackedTransform", "as_stacked", "resolve_stacked", "vmap_leading"]
-
 Stacked = tuple[tuple[Selector, int], ...]
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["StaticValue"]
-
 
 def _canonical(value: Any) -> Any:
     """A hashable stand-in equal for equal dicts, lists and tuples of hashable values."""

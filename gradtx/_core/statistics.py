@@ -19,14 +19,6 @@ from jax import lax
 from gradtx._core.module import Module
 from gradtx._paths.paths import map_with_old
 
-__all__ = [
-    "KeepsStatistics",
-    "StatisticName",
-    "is_statistics",
-    "reading_replaced",
-    "statistics",
-]
-
 
 class KeepsStatistics:
     """A transformation whose state keeps statistics that its step never reads.

@@ -20,8 +20,6 @@ from jax.sharding import NamedSharding
 from gradtx._layouts.packed import spec_axes
 from gradtx._paths.paths import flatten, map_with_old
 
-__all__ = ["explicit", "in_state_layout", "like", "like_params", "like_state", "whole"]
-
 
 def _on_explicit_axes(sharding: Any) -> NamedSharding | None:
     """`sharding` if it is on a mesh with explicit axes, else None."""

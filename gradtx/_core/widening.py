@@ -32,16 +32,6 @@ import jax.numpy as jnp
 from gradtx._core.update_sharding import like
 from gradtx._paths.cache import bounded_lru_cache
 
-__all__ = [
-    "Widening",
-    "is_narrow",
-    "narrow_source",
-    "note_state_read",
-    "promoted",
-    "shaped_like",
-    "widening",
-]
-
 _SOURCES: dict[int, tuple[Any, Any]] = {}
 # One record per running chain (innermost last): `{key: dtype}`, the promoted dtype of the
 # floating state read for each path (a packed buffer's key is `(path, buffer index)`).

@@ -22,16 +22,6 @@ from jax import lax
 
 from gradtx._paths.paths import flatten
 
-__all__ = [
-    "check_same_kind",
-    "from_real",
-    "is_complex",
-    "real_dtype",
-    "reject_complex",
-    "reject_complex_packed",
-    "to_real",
-]
-
 
 def is_complex(x: Any) -> bool:
     """True for a complex array, tracer or `jax.ShapeDtypeStruct`."""

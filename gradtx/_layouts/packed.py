@@ -36,22 +36,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = [
-    "LARGE_LEAF",
-    "Layout",
-    "Packed",
-    "join_leaves",
-    "join_path",
-    "pack",
-    "pack_apart",
-    "plan_layout",
-    "reading_views",
-    "sharded_leaves",
-    "slice_leaf",
-    "spec_axes",
-    "spec_text",
-]
-
 # Leaves of at least this many elements are not worth copying into a shared buffer: at 64Ki
 # float32 elements Adam's step on a leaf already costs several kernel launches' worth of
 # memory traffic, while XLA's CPU concatenation of large operands is slow

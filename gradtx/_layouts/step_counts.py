@@ -33,9 +33,6 @@ from gradtx._layouts.packed import join_path
 from gradtx._paths.cache import BoundedCache
 from gradtx._paths.subset import present_paths
 
-__all__ = ["StepCounts", "aligned", "group_counts", "next_count", "split_where_absent"]
-
-
 Shape = tuple[int, ...]
 
 

@@ -35,8 +35,6 @@ import numpy as np
 
 from gradtx._core.protocol import State
 
-__all__ = ["NamedStates", "factory_name", "injected_hyperparams", "keyed", "plain"]
-
 # `(init, update)` of a transformation, when known.
 Maker = tuple[Any, Any]
 

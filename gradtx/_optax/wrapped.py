@@ -10,8 +10,6 @@ from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._optax.named_states import factory_name, injected_hyperparams, keyed, plain
 from gradtx._paths.subset import present_paths
 
-__all__ = ["ForeignTransform", "as_transformation"]
-
 
 class ForeignTransform(Transformation):
     """An optax-style `(init, update)` pair run inside gradtx combinators, kept static.

@@ -11,8 +11,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import decay_unless_zero
 
-__all__ = ["adadelta", "adagrad"]
-
 
 def adagrad(
     learning_rate: ScalarOrSchedule,

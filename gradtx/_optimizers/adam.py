@@ -11,8 +11,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights
 
-__all__ = ["adam", "adamw", "nadam", "nadamw"]
-
 
 @with_shared_args
 def adam(

@@ -18,8 +18,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
-__all__ = ["adabelief", "adamax", "adamaxw", "adan", "amsgrad", "radam", "yogi"]
-
 
 @with_shared_args
 def adamax(

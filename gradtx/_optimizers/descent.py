@@ -6,8 +6,6 @@ from gradtx._combinators.chain import Chain, optimizer
 from gradtx._core.protocol import Transformation
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
-__all__ = ["descent"]
-
 
 def descent(label: str, learning_rate: ScalarOrSchedule, *steps: Transformation) -> Chain:
     """`optimizer(label, *steps, scale_by_learning_rate(learning_rate))`."""

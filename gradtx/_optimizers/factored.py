@@ -14,8 +14,6 @@ from gradtx._transforms.factored import scale_by_factored_rms
 from gradtx._transforms.scale import ScalarOrSchedule, scale, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
-__all__ = ["adafactor"]
-
 
 def adafactor(
     learning_rate: ScalarOrSchedule | None = None,

@@ -8,8 +8,6 @@ from gradtx._transforms.lbfgs import scale_by_lbfgs
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.zoom_linesearch import scale_by_zoom_linesearch
 
-__all__ = ["lbfgs"]
-
 _DEFAULT_LINESEARCH = scale_by_zoom_linesearch(
     max_linesearch_steps=20, initial_guess_strategy="one"
 )

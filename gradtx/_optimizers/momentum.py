@@ -11,8 +11,6 @@ from gradtx._transforms.momentum import trace
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["nesterov", "sgd"]
-
 
 @with_shared_args
 def sgd(

@@ -8,8 +8,6 @@ from gradtx._optimizers.descent import descent
 from gradtx._transforms.noise import add_noise
 from gradtx._transforms.scale import ScalarOrSchedule
 
-__all__ = ["noisy_sgd"]
-
 
 def noisy_sgd(
     learning_rate: ScalarOrSchedule,

@@ -9,8 +9,6 @@ from gradtx._transforms.novograd import scale_by_novograd
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["novograd"]
-
 
 @with_shared_args
 def novograd(

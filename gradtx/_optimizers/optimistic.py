@@ -12,8 +12,6 @@ from gradtx._transforms.optimistic import scale_by_optimistic_gradient
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["optimistic_adam", "optimistic_gradient_descent"]
-
 
 def optimistic_gradient_descent(
     learning_rate: ScalarOrSchedule, alpha: float = 1.0, beta: float = 1.0

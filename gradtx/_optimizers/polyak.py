@@ -8,8 +8,6 @@ from gradtx._optimizers.descent import descent
 from gradtx._transforms.polyak import scale_by_polyak
 from gradtx._transforms.scale import ScalarOrSchedule
 
-__all__ = ["polyak_sgd"]
-
 
 def polyak_sgd(
     max_learning_rate: float = 1.0,

@@ -11,8 +11,6 @@ from gradtx._transforms.rms import scale_by_rms, scale_by_stddev
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["rmsprop"]
-
 
 @with_shared_args
 def rmsprop(

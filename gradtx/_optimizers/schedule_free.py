@@ -20,8 +20,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import add_decayed_weights, decay_unless_zero
 
-__all__ = ["schedule_free_adamw", "schedule_free_sgd"]
-
 
 def _warmed_up(learning_rate: Any, warmup_steps: Any, owner: str) -> Any:
     """The rate with the paper's linear warm-up: `lr * min(1, t / W)` at step `t` from 1.

@@ -10,8 +10,6 @@ from gradtx._transforms.averaging import ema
 from gradtx._transforms.scale import ScalarOrSchedule, scale
 from gradtx._transforms.sign import scale_by_rprop, scale_by_sign
 
-__all__ = ["rprop", "sign_sgd", "signum"]
-
 
 def sign_sgd(learning_rate: ScalarOrSchedule) -> Any:
     r"""signSGD: step by the sign of the gradient.

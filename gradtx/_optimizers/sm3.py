@@ -8,8 +8,6 @@ from gradtx._optimizers.descent import descent
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.sm3 import scale_by_sm3
 
-__all__ = ["sm3"]
-
 
 def sm3(learning_rate: ScalarOrSchedule, momentum: float = 0.9, *, v_dtype: Any = None) -> Any:
     r"""SM3: AdaGrad-like steps with one accumulator per row and column instead of per element.

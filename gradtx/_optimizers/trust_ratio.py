@@ -13,8 +13,6 @@ from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.trust_ratio import FromageStep, scale_by_trust_ratio
 from gradtx._transforms.weight_decay import add_decayed_weights
 
-__all__ = ["fromage", "lamb", "lars"]
-
 
 def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Any:
     r"""Fromage: steps relative to each array's norm, for compositional (deep) functions.

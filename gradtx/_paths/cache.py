@@ -7,8 +7,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["BoundedCache", "bounded_lru_cache", "clear_all"]
-
 V = TypeVar("V")
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,21 +21,6 @@ import jax
 
 from gradtx._paths.cache import BoundedCache
 
-__all__ = [
-    "DuplicatePathError",
-    "flatten",
-    "is_path_transparent",
-    "is_unit",
-    "leaves",
-    "map_with_old",
-    "owning_path",
-    "path_of",
-    "paths",
-    "unbox",
-    "unflatten",
-    "virtual",
-]
-
 _CACHE: BoundedCache = BoundedCache(4096)
 
 

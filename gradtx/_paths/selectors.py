@@ -38,8 +38,6 @@ from jax.core import Tracer
 from gradtx._paths.cache import BoundedCache, bounded_lru_cache
 from gradtx._paths.paths import flatten, is_unit, virtual
 
-__all__ = ["LabelError", "Selector", "SelectorError", "as_selector", "resolve_labels", "select"]
-
 
 class SelectorError(ValueError):
     """A selector is malformed, matches nothing, or does not fit the tree."""

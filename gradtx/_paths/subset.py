@@ -12,8 +12,6 @@ from typing import Any
 
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["any_present", "merge_by_path", "present_paths", "restrict"]
-
 
 def _inside(leaf: Any, path: str, chosen: set[str] | frozenset[str], owner: str) -> bool:
     """Whether the leaf at `path` is in the group: packed params all or none of their paths."""

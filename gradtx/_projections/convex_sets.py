@@ -19,21 +19,6 @@ from jax import lax
 from gradtx._core.lift import compute_dtype
 from gradtx._projections.flat_tree import FlatTree, scalar, vdot
 
-__all__ = [
-    "projection_box",
-    "projection_halfspace",
-    "projection_hypercube",
-    "projection_hyperplane",
-    "projection_l1_ball",
-    "projection_l1_sphere",
-    "projection_l2_ball",
-    "projection_l2_sphere",
-    "projection_linf_ball",
-    "projection_non_negative",
-    "projection_simplex",
-    "projection_vector",
-]
-
 
 def _clip(x: Any, low: Any, high: Any) -> Any:
     return jnp.minimum(jnp.maximum(x, low), high)

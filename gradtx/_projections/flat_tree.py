@@ -18,8 +18,6 @@ from gradtx._core.lift import compute_dtype
 from gradtx._layouts.packed import Packed, check_same_layout
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["FlatTree", "scalar", "vdot"]
-
 _SHOWN = 6
 
 

@@ -18,8 +18,6 @@ from jax.core import Tracer
 
 from gradtx._core.module import Module, as_int, as_ints, field, hyperparam, static
 
-__all__ = ["Schedule", "as_length", "constant", "join"]
-
 
 def steps_field(default: Any = dataclasses.MISSING, *, length: bool = False) -> Any:
     """A step-valued field (int32); a `length` of steps may exceed int32 (see `as_length`)."""

@@ -13,8 +13,6 @@ from gradtx._schedules.base import Join
 from gradtx._schedules.decays import PiecewiseInterpolate
 from gradtx._schedules.warmups import warmup_cosine_decay
 
-__all__ = ["cosine_onecycle", "linear_onecycle", "sgdr"]
-
 
 def _cycle_length(fn: str, transition_steps: int, **fractions: float) -> int:
     """`transition_steps` as an int, checked with the fractions of it that end phases."""

@@ -15,15 +15,6 @@ from jax.core import Tracer
 from gradtx._core.module import as_float, as_floats, field, hyperparam, static
 from gradtx._schedules.base import Schedule, as_f32, check_concrete_steps, steps_field, steps_vector
 
-__all__ = [
-    "cosine_decay",
-    "exponential_decay",
-    "linear",
-    "piecewise_constant",
-    "piecewise_interpolate",
-    "polynomial",
-]
-
 
 class Polynomial(Schedule):
     """Polynomial interpolation from `init_value` to `end_value` (see `polynomial`)."""

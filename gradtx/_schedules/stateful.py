@@ -21,16 +21,6 @@ from gradtx._core.static_value import StaticValue
 from gradtx._layouts.step_counts import next_count
 from gradtx._schedules.base import as_f32, as_schedule
 
-__all__ = [
-    "StatefulSchedule",
-    "WrappedSchedule",
-    "advance",
-    "as_stateful_schedule",
-    "is_stateful_schedule",
-    "start",
-    "value_at",
-]
-
 
 class StatefulSchedule(Module):
     """Base class: a schedule whose value depends on a state it keeps between steps.

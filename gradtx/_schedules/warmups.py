@@ -13,8 +13,6 @@ from gradtx._core.module import as_int, hyperparam
 from gradtx._schedules.base import Join, Schedule, as_f32, check_concrete_steps, steps_field
 from gradtx._schedules.decays import ExponentialDecay
 
-__all__ = ["warmup_constant", "warmup_cosine_decay", "warmup_exponential_decay"]
-
 
 def _ramp(init_value: Any, peak_value: Any, warmup_steps: Any, step: jax.Array) -> jax.Array:
     """`init + (peak - init) * t / W`, with `t` clipped to `[0, W]` (and `W = 0` read as 1)."""

@@ -30,8 +30,6 @@ from gradtx._state.state_dict import (
     state_dict,
 )
 
-__all__ = ["SCHEMA", "RestoreReport", "restore", "save"]
-
 # The version of the file's layout (names and metadata keys); `restore` refuses others.
 SCHEMA = "1"
 _SCHEMA_KEY = "gradtx.schema"

@@ -6,8 +6,6 @@ from typing import Any
 
 from gradtx._optax.wrapped import as_transformation
 
-__all__ = ["eval_params"]
-
 
 def eval_params(tx: Any, state: Any, params: Any) -> Any:
     """The weights to evaluate and checkpoint, given the state and params after a step.

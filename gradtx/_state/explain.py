@@ -19,8 +19,6 @@ from gradtx._paths.subset import present_paths
 from gradtx._state.shardings import slot_layouts
 from gradtx._state.state_dict import state_dict
 
-__all__ = ["Explanation", "ExplainRow", "explain"]
-
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64", "int32": "i32"}
 
 

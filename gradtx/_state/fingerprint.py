@@ -20,8 +20,6 @@ from gradtx._combinators.bucketed import Bucketed
 from gradtx._core.module import Module
 from gradtx._paths.selectors import Selector
 
-__all__ = ["describe", "diff", "fingerprint", "hash_description"]
-
 # Default reprs carry memory addresses (`<function f at 0x7f...>`), which differ between runs.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # A leaf of the transformation: a numeric hyperparameter, whose value is not structure.

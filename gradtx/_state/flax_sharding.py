@@ -18,8 +18,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._paths.paths import is_path_transparent, path_of
 
-__all__ = ["DECLARED", "declared_shardings", "declared_specs"]
-
 DECLARED = "optimizer_sharding"  # the metadata key Flax NNX gives it
 
 

@@ -35,8 +35,6 @@ from gradtx._state.state_dict import (
 )
 from gradtx._state.stats import statistics_in
 
-__all__ = ["from_optax"]
-
 # optax's per-transformation states that from_optax reads, by type name: which fields hold
 # a tree shaped like the params (`{optax field: gradtx slot}`, one entry per path), which hold
 # a global step count that gradtx keeps per path (`{optax field: gradtx slot}`), and which

@@ -17,8 +17,6 @@ from gradtx._paths.selectors import select
 from gradtx._paths.subset import present_paths
 from gradtx._state.state_dict import load_state_dict, state_dict
 
-__all__ = ["hyperparams", "reset", "set_hyperparams"]
-
 
 def _is_inject(x: Any) -> bool:
     return isinstance(x, InjectState)

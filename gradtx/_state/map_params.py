@@ -12,8 +12,6 @@ from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import flatten, is_unit, leaves, owning_path, path_of
 from gradtx._state.state_dict import state_dict
 
-__all__ = ["tree_map_params"]
-
 _SHOWN = 6
 
 

@@ -7,8 +7,6 @@ from typing import Any
 
 from gradtx._paths.paths import owning_path
 
-__all__ = ["apply_rename", "check_rename", "old_paths"]
-
 
 def check_rename(rename: Mapping[str, str] | None, owner: str = "restore") -> dict[str, str]:
     """`rename` checked, as `{old prefix: new prefix}` without leading or trailing `/`."""

@@ -6,8 +6,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["RestoreReport", "listing"]
-
 
 def listing(title: str, names: Sequence[str]) -> list[str]:
     """`["title (count): a, b, ..."]` naming the first ten, or `[]` when there are none."""

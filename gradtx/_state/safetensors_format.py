@@ -22,8 +22,6 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["checksum", "read", "write"]
-
 # The format's dtype names. jax.numpy's bfloat16 and float8 types are ml_dtypes' NumPy types.
 DTYPES: dict[str, Any] = {
     "BOOL": np.dtype(np.bool_),

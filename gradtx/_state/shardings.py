@@ -19,8 +19,6 @@ from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
 from gradtx._state.flax_sharding import DECLARED, declared_shardings, declared_specs
 
-__all__ = ["SlotLayout", "is_placed", "place_state", "slot_layouts", "state_shardings"]
-
 # Set while the state's layout is read from an abstract `init`, which must not place it.
 _PLACING: contextvars.ContextVar[bool] = contextvars.ContextVar("placing", default=False)
 

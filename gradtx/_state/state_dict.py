@@ -17,8 +17,6 @@ from gradtx._paths.subset import present_paths
 from gradtx._state.renaming import apply_rename, check_rename, old_paths
 from gradtx._state.restore_report import listing
 
-__all__ = ["LoadReport", "StateMismatchError", "load_state_dict", "reconcile", "state_dict"]
-
 
 @dataclasses.dataclass(frozen=True)
 class LoadReport:

@@ -11,8 +11,6 @@ from gradtx._core.statistics import is_statistics
 from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import path_of
 
-__all__ = ["stats"]
-
 
 def _is_marked(x: Any) -> bool:
     return isinstance(x, InjectState) or is_statistics(x)

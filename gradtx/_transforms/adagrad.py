@@ -13,8 +13,6 @@ from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._transforms.adam import moving_average
 from gradtx._transforms.rms import filled_for
 
-__all__ = ["scale_by_adadelta", "scale_by_rss"]
-
 
 class ScaleByRss(PerArrayTransform):
     """Rescale by the root of the sum of squared gradients (see `scale_by_rss`)."""

@@ -12,8 +12,6 @@ from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["scale_by_adam"]
-
 # `nu`, set by `nu_dtype`: what `init` warns about for float16 params (Adam and its relatives).
 SECOND_MOMENT = Float16Check(("nu",), "the second moment", "nu_dtype")
 

@@ -13,15 +13,6 @@ from gradtx._transforms.adam import AdamArgs, AdamMoments, first_moment_hat, mov
 from gradtx._transforms.rms import filled_for
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = [
-    "scale_by_adamax",
-    "scale_by_adan",
-    "scale_by_amsgrad",
-    "scale_by_belief",
-    "scale_by_radam",
-    "scale_by_yogi",
-]
-
 
 class ScaleByAmsgrad(AdamArgs):
     """Adam with the running maximum of the second moment (see `scale_by_amsgrad`)."""

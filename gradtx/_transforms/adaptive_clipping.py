@@ -12,8 +12,6 @@ from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, non_negative, positive, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 
-__all__ = ["adaptive_grad_clip", "unitwise_clip", "unitwise_norm"]
-
 
 def _as_axis(axis: Any, name: str = "axis") -> tuple[int, ...] | None:
     if axis is None:

@@ -11,8 +11,6 @@ from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import as_int, field
 from gradtx._core.per_array import PerArrayTransform
 
-__all__ = ["apply_every"]
-
 
 class ApplyEvery(PerArrayTransform):
     """Accumulate updates, release their sum every `k` steps (see `apply_every`)."""

@@ -11,8 +11,6 @@ from gradtx._core.module import decay_rate, hyperparam, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 
-__all__ = ["ema"]
-
 
 class Ema(PerArrayTransform):
     """An exponential moving average of the updates (see `ema`)."""

@@ -13,8 +13,6 @@ from gradtx._core.module import hyperparam, static
 from gradtx._core.update_sharding import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
-__all__ = ["scale_by_backtracking_linesearch"]
-
 
 class ScaleByBacktrackingLinesearch(Linesearch):
     """Armijo backtracking along the updates (see `scale_by_backtracking_linesearch`)."""

@@ -12,8 +12,6 @@ from gradtx._core.module import hyperparam, static
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._tree.reductions import sum_of_squares
 
-__all__ = ["clip_by_block_rms", "scale_by_param_block_norm", "scale_by_param_block_rms"]
-
 
 def block_rms(x: Any, dtype: Any) -> Any:
     """`sqrt(mean(x^2))` over the whole array, in `dtype` (NaN for an empty array)."""

@@ -9,8 +9,6 @@ import jax.numpy as jnp
 from gradtx._core.lift import compute_dtype
 from gradtx._core.per_array import PerArrayTransform
 
-__all__ = ["centralize"]
-
 
 class Centralize(PerArrayTransform):
     """Subtract the mean over all axes but the first (see `centralize`)."""

@@ -13,8 +13,6 @@ from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum
 
-__all__ = ["clip", "clip_by_global_norm", "global_norm"]
-
 
 def global_norm(updates: Any) -> jnp.ndarray:
     """The L2 norm of all leaves of `updates` together, in float32 (`None` leaves skipped).

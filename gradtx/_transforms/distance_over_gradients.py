@@ -13,8 +13,6 @@ from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.block_rms import block_norm
 from gradtx._tree.reductions import sum_of_squares
 
-__all__ = ["dog_step_size", "initial_distance", "scale_by_distance_over_gradients"]
-
 
 def initial_distance(reps_rel: Any, norm: Any) -> Any:
     """DoG's starting distance `r_eps = reps_rel * (1 + ||x_0||)`: never a zero first step."""

@@ -15,8 +15,6 @@ from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten, virtual
 
-__all__ = ["factored_dims", "scale_by_factored_rms"]
-
 
 def factored_dims(
     shape: tuple[int, ...], factored: bool, min_dim_size_to_factor: int

@@ -9,8 +9,6 @@ import jax.numpy as jnp
 from gradtx._core.lift import compute_dtype
 from gradtx._core.per_array import PerArrayTransform
 
-__all__ = ["keep_params_nonnegative", "zero_nans"]
-
 
 class ZeroNans(PerArrayTransform):
     """Replace NaNs by zeros and record which paths had any (see `zero_nans`)."""

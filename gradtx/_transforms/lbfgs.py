@@ -24,8 +24,6 @@ from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.linesearch import dot, scalar_dtype
 
-__all__ = ["scale_by_lbfgs"]
-
 # Per path: the params and gradient of the last update, and the memory of past differences.
 _PREVIOUS = ("params", "updates")
 _MEMORIES = ("diff_params_memory", "diff_updates_memory")

@@ -36,17 +36,6 @@ from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, path_of
 from gradtx._transforms.scale import scaled
 
-__all__ = [
-    "Line",
-    "Linesearch",
-    "check_steps",
-    "dot",
-    "missed",
-    "report",
-    "scalar_dtype",
-    "value_and_grad_from_state",
-]
-
 
 def scalar_dtype(tree: Any) -> Any:
     """The dtype of global scalars over `tree`: float32, float64 when a leaf is 64-bit."""

@@ -11,8 +11,6 @@ from gradtx._core.module import decay_rate, hyperparam, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["scale_by_lion"]
-
 _MODES = ("hard", "smooth", "refined")
 
 

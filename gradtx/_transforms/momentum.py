@@ -9,8 +9,6 @@ from gradtx._core.module import hyperparam, momentum_rate, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["trace"]
-
 
 class Trace(PerArrayTransform):
     """Heavy-ball or Nesterov momentum (see `trace`)."""

@@ -15,8 +15,6 @@ from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten, is_unit
 
-__all__ = ["STATISTICS", "Monitor", "monitor"]
-
 STATISTICS = ("global_norm", "max_abs", "nonfinite_count", "norm", "update_ratio")
 _PER_PATH = ("norm", "update_ratio")
 

@@ -13,8 +13,6 @@ from gradtx._core.lift import compute_dtype
 from gradtx._core.module import field, hyperparam
 from gradtx._core.per_array import PerArrayTransform
 
-__all__ = ["add_noise"]
-
 
 def raw_key(value: Any, name: str) -> Any:
     """An int seed or a PRNG key (typed or raw) -> a raw uint32 key.

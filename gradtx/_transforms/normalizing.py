@@ -10,8 +10,6 @@ from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.clipping import global_norm
 from gradtx._transforms.scale import scaled
 
-__all__ = ["normalize_by_update_norm"]
-
 
 class NormalizeByUpdateNorm(PerArrayTransform):
     """Divide all updates by their global norm (see `normalize_by_update_norm`)."""

@@ -14,8 +14,6 @@ from gradtx._transforms.shared_args import with_shared_args
 from gradtx._transforms.weight_decay import is_literal_zero
 from gradtx._tree.reductions import sum_of_squares
 
-__all__ = ["scale_by_novograd"]
-
 
 class ScaleByNovograd(PerArrayTransform):
     """NovoGrad's layer-wise normalised momentum (see `scale_by_novograd`)."""

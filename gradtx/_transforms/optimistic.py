@@ -11,8 +11,6 @@ from gradtx._core.module import hyperparam
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 
-__all__ = ["scale_by_optimistic_gradient"]
-
 
 class ScaleByOptimisticGradient(PerArrayTransform):
     """`u = (alpha + beta) g - beta g_prev` (see `scale_by_optimistic_gradient`)."""

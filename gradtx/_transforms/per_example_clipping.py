@@ -17,8 +17,6 @@ from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 
-__all__ = ["per_example_global_norm_clip", "per_example_layer_norm_clip"]
-
 _BATCH_AXIS = "takes per-example gradients with a leading batch axis"
 
 

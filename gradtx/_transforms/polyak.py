@@ -12,8 +12,6 @@ from gradtx._core.per_array import PerArrayTransform
 from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum
 
-__all__ = ["scale_by_polyak"]
-
 _VARIANTS = ("sps", "sps+")
 # Below this squared norm the step is zero (the gradient vanishes): float64's machine epsilon.
 _TINY = float(jnp.finfo(jnp.float64).eps)

@@ -14,8 +14,6 @@ from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.adam import SECOND_MOMENT, moving_average
 from gradtx._transforms.shared_args import with_shared_args
 
-__all__ = ["scale_by_rms", "scale_by_stddev"]
-
 
 def filled_for(param: Any, value: Any, dtype: Any = None) -> Any:
     """An array shaped like `param` (with its sharding) filled with the float32 `value`."""

@@ -15,15 +15,6 @@ from gradtx._core.per_array import PerArrayTransform, hyperparam_at
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.step_counts import next_count
 
-__all__ = [
-    "identity",
-    "scale",
-    "scale_by_learning_rate",
-    "scale_by_schedule",
-    "scale_gradient",
-    "set_to_zero",
-]
-
 ScalarOrSchedule = float | jnp.ndarray | Module | Callable[[Any], Any]
 
 

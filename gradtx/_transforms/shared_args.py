@@ -14,8 +14,6 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["SHARED_ARGS", "with_shared_args"]
-
 F = TypeVar("F", bound=Callable)
 
 SHARED_ARGS = {

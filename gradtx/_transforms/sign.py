@@ -10,8 +10,6 @@ from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import hyperparam
 from gradtx._core.per_array import PerArrayTransform
 
-__all__ = ["scale_by_rprop", "scale_by_sign"]
-
 
 class ScaleBySign(PerArrayTransform):
     """`u = sign(g)` (see `scale_by_sign`)."""

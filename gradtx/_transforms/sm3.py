@@ -13,8 +13,6 @@ from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._core.update_sharding import whole
 
-__all__ = ["accumulator_size", "scale_by_sm3"]
-
 
 def accumulator_size(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape of one array's SM3 accumulators: `(sum(shape),)`, or `()` for a scalar.

@@ -13,8 +13,6 @@ from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 
-__all__ = ["stateless", "stateless_with_tree_map"]
-
 
 def _check_function(f: Any, name: str) -> None:
     if not callable(f):

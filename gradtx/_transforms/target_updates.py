@@ -19,8 +19,6 @@ from gradtx._layouts.packed import check_same_layout
 from gradtx._paths.paths import is_unit
 from gradtx._tree.arithmetic import aligned
 
-__all__ = ["incremental_update", "periodic_update"]
-
 
 def _pairs(fn: str, new_tensors: Any, old_tensors: Any) -> tuple[Any, list[tuple[Any, Any]]]:
     """`(treedef of old_tensors, [(new leaf, old leaf) per path of old_tensors])`.

@@ -14,8 +14,6 @@ from gradtx._transforms.block_rms import block_norm
 from gradtx._transforms.scale import scheduled_value
 from gradtx._transforms.weight_decay import SelectsByMask, optional_selector
 
-__all__ = ["scale_by_trust_ratio"]
-
 
 class ScaleByTrustRatio(SelectsByMask, StackedTransform):
     """`u = g * c * ||param|| / (||g|| + eps)` per leaf (see `scale_by_trust_ratio`)."""

@@ -12,8 +12,6 @@ from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.protocol import Transformation
 from gradtx._paths.selectors import as_selector, select
 
-__all__ = ["add_decayed_weights"]
-
 
 def optional_selector(mask: Any, name: str = "mask") -> Any:
     return None if mask is None else as_selector(mask, name)

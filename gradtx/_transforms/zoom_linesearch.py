@@ -13,8 +13,6 @@ from gradtx._core.module import hyperparam, static
 from gradtx._core.update_sharding import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
-__all__ = ["scale_by_zoom_linesearch"]
-
 _STRATEGIES = ("one", "keep")
 # Safeguards of the interpolated trial points: at least this fraction of the interval away
 # from its ends, else the next interpolant (cubic, then quadratic, then the midpoint).

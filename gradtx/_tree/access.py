@@ -11,8 +11,6 @@ from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import flatten, is_unit, path_of, unbox
 from gradtx._tree.arithmetic import _sample
 
-__all__ = ["get", "set"]
-
 
 def _children(node: Any) -> tuple[list[tuple[str, Any]], Any] | None:
     """`([(key string, child), ...], one-level treedef)`, or None if `node` is a leaf."""

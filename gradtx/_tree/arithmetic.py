@@ -26,23 +26,6 @@ from jax.core import Tracer
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import _is_bool, select
 
-__all__ = [
-    "add",
-    "add_scale",
-    "cast",
-    "cast_like",
-    "clip",
-    "div",
-    "full_like",
-    "map_with_path",
-    "mul",
-    "ones_like",
-    "scale",
-    "sub",
-    "where",
-    "zeros_like",
-]
-
 _SHOWN = 6
 
 

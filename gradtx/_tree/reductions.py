@@ -29,19 +29,6 @@ from gradtx._layouts.packed import LARGE_LEAF, concatenate
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._tree.arithmetic import _present, aligned
 
-__all__ = [
-    "allclose",
-    "arrays_of",
-    "global_sum",
-    "max",
-    "min",
-    "norm",
-    "size",
-    "sum",
-    "sum_of_squares",
-    "vdot",
-]
-
 
 def _acc(*arrays: Any) -> Any:
     """The dtype reductions accumulate in: at least float32 (complex stays complex)."""
