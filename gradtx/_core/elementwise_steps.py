@@ -17,6 +17,8 @@ import jax
 import numpy as np
 from jax.extend import core as jex_core
 
+from gradtx._core.protocol import State
+
 # Primitives that act element by element (broadcasts and reshapes of scalars included).
 _ELEMENTWISE = frozenset(
     """abs add and atan2 broadcast_in_dim ceil clamp complex conj convert_element_type copy
@@ -67,7 +69,7 @@ def is_elementwise(jaxpr: Any) -> bool:
     return True
 
 
-def keeps_no_arrays(state: Any) -> bool:
+def keeps_no_arrays(state: State) -> bool:
     """Whether every leaf of `state` holds at most one element (counts, scalars)."""
     return all(np.size(leaf) <= 1 for leaf in jax.tree.leaves(state))
 

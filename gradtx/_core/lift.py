@@ -526,7 +526,7 @@ def _update_unit(
     }
 
 
-def _check_packed_shapes(owner: str, path: str, g: Packed, name: str, state: Any) -> None:
+def _check_packed_shapes(owner: str, path: str, g: Packed, name: str, state: State) -> None:
     """Raise if packed state `name` was made for leaves of other shapes than `g`'s, naming them."""
     if not isinstance(state, Packed) or state.layout == g.layout:
         return

@@ -211,7 +211,7 @@ def _holds_states(entries: tuple) -> bool:
     )
 
 
-def _type_name(state: Any) -> str | None:
+def _type_name(state: State) -> str | None:
     """`ScaleByAdamState` gives `scale_by_adam`: the name of a `*State` NamedTuple type."""
     if not _is_state_type(state):
         return None
@@ -291,7 +291,7 @@ def _rebuilt(state: State, fn: Any) -> State:
     return state
 
 
-def _injected(state: Any) -> list[Mapping]:
+def _injected(state: State) -> list[Mapping]:
     """The `hyperparams` of optax `inject_hyperparams` states at the top or in chain entries."""
     hyper = getattr(state, "hyperparams", None)
     if _is_namedtuple(state) and isinstance(hyper, Mapping):

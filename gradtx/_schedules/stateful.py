@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._core.module import Module, field, static
+from gradtx._core.protocol import State
 from gradtx._core.static_value import StaticValue
 from gradtx._layouts.step_counts import next_count
 from gradtx._schedules.base import as_f32, as_schedule
@@ -72,11 +73,11 @@ class StatefulSchedule(Module):
         """The initial state: a pytree of arrays."""
         raise TypeError(f"{type(self).__name__} does not define init")
 
-    def update(self, state: Any, **extra: Any) -> Any:
+    def update(self, state: State, **extra: Any) -> Any:
         """The state after one step, given that step's extra arguments."""
         raise TypeError(f"{type(self).__name__} does not define update")
 
-    def value(self, state: Any, **extra: Any) -> jax.Array:
+    def value(self, state: State, **extra: Any) -> jax.Array:
         """The value for a step taken in `state` (a real scalar)."""
         raise TypeError(f"{type(self).__name__} does not define value")
 
@@ -137,11 +138,11 @@ class ForeignStatefulSchedule(StatefulSchedule):
         """The wrapped `init()`."""
         return self.wrapped.value.init()
 
-    def update(self, state: Any, **extra: Any) -> Any:
+    def update(self, state: State, **extra: Any) -> Any:
         """The wrapped `update(state, **extra)`."""
         return self.wrapped.value.update(state, **extra)
 
-    def value(self, state: Any, **extra: Any) -> jax.Array:
+    def value(self, state: State, **extra: Any) -> jax.Array:
         """The wrapped `__call__(state, **extra)`."""
         return self.wrapped.value(state, **extra)
 
@@ -194,7 +195,7 @@ def _own_arrays(tree: Any, template: Any = None) -> Any:
 
 
 def value_at(
-    owner: str, name: str, schedule: StatefulSchedule, state: Any, extra: dict[str, Any]
+    owner: str, name: str, schedule: StatefulSchedule, state: State, extra: dict[str, Any]
 ) -> jax.Array:
     """`schedule.value(state, **extra)`, checked to be a real scalar."""
     out = jnp.asarray(schedule.value(state, **extra))
@@ -222,7 +223,7 @@ def start(owner: str, name: str, schedule: StatefulSchedule) -> Any:
 
 
 def advance(
-    owner: str, name: str, schedule: StatefulSchedule, state: Any, extra: dict[str, Any]
+    owner: str, name: str, schedule: StatefulSchedule, state: State, extra: dict[str, Any]
 ) -> Any:
     """`schedule.update(state, **extra)`, checked to keep the state's structure and dtypes."""
     new = schedule.update(state, **extra)

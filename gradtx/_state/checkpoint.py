@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._core.protocol import Params, State
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._state import safetensors_format
 from gradtx._state.fingerprint import describe, diff, hash_description
@@ -43,8 +44,8 @@ _PARAMS, _STATE = "params/", "state/"
 
 def save(
     path: str | os.PathLike,
-    params: Any,
-    state: Any,
+    params: Params,
+    state: State,
     *,
     tx: Any = None,
     metadata: Mapping[str, Any] | None = None,
@@ -166,7 +167,7 @@ def _to_host(flat: dict[str, Any]) -> dict[str, np.ndarray]:
 def restore(
     path: str | os.PathLike,
     tx: Any,
-    params_like: Any,
+    params_like: Params,
     *,
     strict: bool = True,
     rename: Mapping[str, str] | None = None,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradtx._core.protocol import Params, State
 from gradtx._optax.wrapped import as_transformation
 
 
-def eval_params(tx: Any, state: Any, params: Any) -> Any:
+def eval_params(tx: Any, state: State, params: Params) -> Any:
     """The weights to evaluate and checkpoint, given the state and params after a step.
 
     Some methods train at one point and should be evaluated at another: `schedule_free`

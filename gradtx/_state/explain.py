@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradtx._combinators.bucketed import Bucketed
+from gradtx._core.protocol import Params
 from gradtx._layouts.packed import LARGE_LEAF
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit, owning_path
@@ -117,7 +118,7 @@ class Explanation:
 _MANY_LEAVES = 500
 
 
-def _layout_hint(tx: Any, params: Any) -> str:
+def _layout_hint(tx: Any, params: Params) -> str:
     """A suggestion for trees of many small leaves not already in flat buffers."""
     leaves = [x for x in flatten(params)[1] if x is not None]
     nodes = jax.tree.leaves(tx, is_leaf=lambda n: isinstance(n, Bucketed))
@@ -150,7 +151,7 @@ def _row(path: str, steps: list[tuple[str, dict]], dtypes: dict[str, str]) -> Ex
     return ExplainRow(path, tuple(n for n, _ in steps), lr, wd, b1, b2, frozen, dtypes, flat)
 
 
-def _layout_notes(tx: Any, params: Any, axis: str) -> dict[str, str]:
+def _layout_notes(tx: Any, params: Params, axis: str) -> dict[str, str]:
     """`{param path: how its state is laid out}`, one note per path (per slot if they differ)."""
     notes: dict[str, dict[str, str]] = {}
     for slot in slot_layouts(tx, params, shard_over=axis):
@@ -164,7 +165,9 @@ def _layout_notes(tx: Any, params: Any, axis: str) -> dict[str, str]:
     return out
 
 
-def explain(tx: Any, params: Any, step: int = 0, *, shard_over: str | None = None) -> Explanation:
+def explain(
+    tx: Any, params: Params, step: int = 0, *, shard_over: str | None = None
+) -> Explanation:
     """Describe, for every parameter path, what the optimizer does to it at `step`.
 
     One row per path: the chain of transformations applied to it, the effective learning

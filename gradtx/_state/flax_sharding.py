@@ -16,6 +16,7 @@ from typing import Any, cast
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from gradtx._core.protocol import Params
 from gradtx._paths.paths import is_path_transparent, path_of
 
 DECLARED = "optimizer_sharding"  # the metadata key Flax NNX gives it
@@ -33,7 +34,7 @@ def _as_spec(path: str, value: Any) -> PartitionSpec | NamedSharding:
     )
 
 
-def declared_specs(params: Any) -> dict[str, PartitionSpec | NamedSharding]:
+def declared_specs(params: Params) -> dict[str, PartitionSpec | NamedSharding]:
     """`{path: spec}` for the parameters whose box declares `optimizer_sharding`.
 
     Boxes are Flax NNX `Variable`s (an `nnx.State` holds one per parameter); the path is the

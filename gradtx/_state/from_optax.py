@@ -23,6 +23,7 @@ from jax.core import Tracer
 from gradtx._combinators.chain import Chain
 from gradtx._combinators.inject import InjectHyperparams
 from gradtx._combinators.partition import Partition
+from gradtx._core.protocol import Params, State
 from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import leaves
 from gradtx._schedules.base import Schedule
@@ -321,7 +322,7 @@ def _pool(
 
 
 def from_optax(
-    opt_state: Any, tx: Any, params: Any, *, strict: bool = True
+    opt_state: State, tx: Any, params: Params, *, strict: bool = True
 ) -> tuple[Any, LoadReport]:
     """Carry an optax optimizer's state over to the equivalent gradtx transformation.
 

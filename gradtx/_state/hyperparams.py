@@ -11,6 +11,7 @@ import numpy as np
 from jax.core import Tracer
 
 from gradtx._combinators.inject import InjectState
+from gradtx._core.protocol import Params, State
 from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import owning_path, path_of
 from gradtx._paths.selectors import select
@@ -22,7 +23,7 @@ def _is_inject(x: Any) -> bool:
     return isinstance(x, InjectState)
 
 
-def _walk(state: Any, prefix: str, visit: Any) -> Any:
+def _walk(state: State, prefix: str, visit: Any) -> Any:
     """Rebuild `state`, calling `visit(prefix, node)` on every `InjectState`, outermost first.
 
     The group prefix of a node is its path in the state, less the `inner` fields.
@@ -38,7 +39,7 @@ def _walk(state: Any, prefix: str, visit: Any) -> Any:
     return treedef.unflatten(out)
 
 
-def hyperparams(state: Any) -> dict[str, jax.Array]:
+def hyperparams(state: State) -> dict[str, jax.Array]:
     """The injected hyperparameters of a state, by name: `{group/name: value}`.
 
     A name is the hyperparameter's name prefixed with where it sits in the state: the label
@@ -75,7 +76,7 @@ def hyperparams(state: Any) -> dict[str, jax.Array]:
     return found
 
 
-def set_hyperparams(state: Any, values: Mapping[str, Any]) -> Any:
+def set_hyperparams(state: State, values: Mapping[str, Any]) -> Any:
     """A new state with injected hyperparameters replaced by name (the input is unchanged).
 
     Values keep the stored dtype and shape, so a jitted step taking the state does not
@@ -162,7 +163,7 @@ def _same(given: Any, stored: Any) -> bool:
         return False
 
 
-def reset(tx: Any, state: Any, params: Any, where: Any) -> Any:
+def reset(tx: Any, state: State, params: Params, where: Any) -> Any:
     """Re-initialise the state of the selected paths; every other entry is kept bit-for-bit.
 
     Per-path entries (moments, accumulators, per-path step counts) of the selected paths take

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gradtx._core.protocol import Params, State
 from gradtx._layouts.step_counts import StepCounts
 from gradtx._paths.paths import flatten, is_unit, leaves, owning_path, path_of
 from gradtx._state.state_dict import state_dict
@@ -31,7 +32,7 @@ def _by_path(tree: Any, is_leaf: Callable[[Any], bool] | None, name: str) -> dic
     return found
 
 
-def _check_state(tx: Any, state: Any, params: Any) -> None:
+def _check_state(tx: Any, state: State, params: Params) -> None:
     """Raise unless `state` has the keys `tx.init(params)` gives (traced abstractly)."""
     init = tx.init if callable(getattr(tx, "init", None)) else tx
     if not callable(init):
@@ -56,12 +57,12 @@ def _check_state(tx: Any, state: Any, params: Any) -> None:
 def tree_map_params(
     tx: Any,
     f: Callable[..., Any],
-    state: Any,
+    state: State,
     /,
     *rest: Any,
     transform_non_params: Callable[[Any], Any] | None = None,
     is_leaf: Callable[[Any], bool] | None = None,
-    params: Any = None,
+    params: Params = None,
 ) -> Any:
     """Apply `f` to every part of an optimizer state that is shaped like a parameter.
 

@@ -14,6 +14,7 @@ from jax.core import Tracer
 from jax.sharding import NamedSharding, PartitionSpec
 
 from gradtx._core.outermost_call import add_init_finisher
+from gradtx._core.protocol import Params, State
 from gradtx._layouts.packed import join_path, known_shardings, spec_axes
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit, owning_path, path_of
@@ -47,7 +48,7 @@ class SlotLayout:
     note: str
 
 
-def _param_leaves(params: Any) -> dict[str, Any]:
+def _param_leaves(params: Params) -> dict[str, Any]:
     """Every array leaf of the params by path; a packed unit's buffers under its path."""
     paths, leaves, _ = flatten(params)
     out: dict[str, Any] = {}
@@ -158,7 +159,7 @@ def _check_axis(shardings: list[Any], axis: str) -> None:
             )
 
 
-def slot_layouts(tx: Any, params: Any, *, shard_over: str | None = None) -> list[SlotLayout]:
+def slot_layouts(tx: Any, params: Params, *, shard_over: str | None = None) -> list[SlotLayout]:
     """The layout of every leaf of `tx.init(params)`, in the state's tree order.
 
     The rules of `state_shardings`, with the reason for each leaf. Nothing is allocated.
@@ -190,7 +191,7 @@ _DECLARED_NOTES = {
 }
 
 
-def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[SlotLayout]]:
+def _layouts(tx: Any, params: Params, shard_over: str | None) -> tuple[Any, list[SlotLayout]]:
     """The state's tree structure and the layout of each of its leaves."""
     tx = as_transformation(tx, "state_shardings(tx)")
     by_path = _param_leaves(params)
@@ -234,7 +235,7 @@ def _layouts(tx: Any, params: Any, shard_over: str | None) -> tuple[Any, list[Sl
     return treedef, out
 
 
-def _state_leaves(state: Any, params: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
+def _state_leaves(state: State, params: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
     """`(key, leaf, parameter path or None)` for every leaf of `state`, in tree order.
 
     A leaf belongs to the longest parameter path that ends its key. A buffer of a packed
@@ -288,7 +289,7 @@ def _slot_sharding(
     return NamedSharding(param_sharding.mesh, derived), "its parameter's, on the dims it keeps"
 
 
-def state_shardings(tx: Any, params: Any, *, shard_over: str | None = None) -> Any:
+def state_shardings(tx: Any, params: Params, *, shard_over: str | None = None) -> Any:
     """The shardings of `tx.init(params)`, computed without allocating the state.
 
     Use them to create the state directly in place, and as the state's shardings of a
@@ -371,7 +372,7 @@ def is_placed(leaf: Any) -> bool:
     return getattr(leaf, "sharding", None) is not None
 
 
-def place_state(state: Any, tx: Any, params: Any, *, shard_over: str | None = None) -> Any:
+def place_state(state: State, tx: Any, params: Params, *, shard_over: str | None = None) -> Any:
     """`state` with each leaf put where `state_shardings(tx, params, shard_over)` says.
 
     Leaves are matched by their key in the state, so a state whose step counts were regrouped
@@ -411,7 +412,7 @@ def _put(leaf: Any, sharding: NamedSharding) -> Any:
     return jax.lax.with_sharding_constraint(leaf, sharding)
 
 
-def place_declared(tx: Any, state: Any, params: Any) -> Any:
+def place_declared(tx: Any, state: State, params: Params) -> Any:
     """The state with the slots of each parameter that declares `optimizer_sharding` there.
 
     Runs on the outermost `init`'s state, so that `nnx.Optimizer(model, tx)` lays the state

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradtx._core.protocol import Params, State
 from gradtx._layouts.packed import Packed, join_leaves
 from gradtx._layouts.step_counts import StepCounts, group_counts
 from gradtx._paths.paths import flatten, is_unit, owning_path
@@ -76,7 +77,7 @@ class StateMismatchError(KeyError):
         return str(self.args[0])
 
 
-def state_dict(state: Any) -> dict[str, Any]:
+def state_dict(state: State) -> dict[str, Any]:
     """Flatten an optimizer state into `{key: array}` with readable keys.
 
     Keys join the names of combinators, slots and parameter paths with `/`, for example
@@ -206,7 +207,7 @@ def merge_flat(
 
 def load_state_dict(
     tx: Any,
-    params: Any,
+    params: Params,
     flat: dict[str, Any],
     *,
     strict: bool = True,
@@ -287,7 +288,7 @@ def _check_flat(flat: Any) -> None:
 
 
 def reconcile(
-    tx: Any, state: Any, new_params: Any, *, rename: dict[str, str] | None = None
+    tx: Any, state: State, new_params: Params, *, rename: dict[str, str] | None = None
 ) -> tuple[Any, LoadReport]:
     """Carry `state` over to `new_params` after the model changed (layers added or removed).
 

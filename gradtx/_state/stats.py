@@ -7,6 +7,7 @@ from typing import Any
 import jax
 
 from gradtx._combinators.inject import InjectState
+from gradtx._core.protocol import State
 from gradtx._core.statistics import is_statistics
 from gradtx._layouts.packed import join_path
 from gradtx._paths.paths import path_of
@@ -38,7 +39,7 @@ def _collect(tree: Any, prefix: str, out: dict[str, Any], hyperparams: bool = Tr
                     _collect(value, join_path(where, name), out, hyperparams)
 
 
-def statistics_in(state: Any) -> dict[str, jax.Array]:
+def statistics_in(state: State) -> dict[str, jax.Array]:
     """The statistics of `state` alone, by `state_dict` key.
 
     That is `stats` less the injected hyperparameters: the readings of the last step, which
@@ -49,7 +50,7 @@ def statistics_in(state: Any) -> dict[str, jax.Array]:
     return out
 
 
-def stats(state: Any) -> dict[str, jax.Array]:
+def stats(state: State) -> dict[str, jax.Array]:
     """Every statistic in an optimizer state: `{key: scalar array}`, flat and readable.
 
     It collects the statistics of every `gradtx.monitor` (`grad/global_norm`,

@@ -10,6 +10,7 @@ from jax import lax
 
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.update_sharding import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
@@ -36,7 +37,7 @@ class ScaleByBacktrackingLinesearch(Linesearch):
         """Only with `store_grad`."""
         return self.store_grad
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Shrink the step size from the last one (grown) until the value decreases enough."""
         line = self.line(updates, state, params, extra)
         dtype = line.dtype

@@ -9,12 +9,13 @@ import jax.numpy as jnp
 from gradtx._core.lift import cast, compute_dtype, map_updates
 from gradtx._core.module import hyperparam, positive, static
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum
 
 
-def global_norm(updates: Any) -> jnp.ndarray:
+def global_norm(updates: Updates) -> jnp.ndarray:
     """The L2 norm of all leaves of `updates` together, in float32 (`None` leaves skipped).
 
     Packed params count by their buffers, and a complex leaf as its pair of reals:
@@ -50,13 +51,13 @@ class ClipByGlobalNorm(PerArrayTransform, KeepsStatistics):
         """The statistics `global_norm` and `clipped` (none without statistics)."""
         return ("global_norm", "clipped") if self.keep_statistics else ()
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The last updates' norm before clipping, and whether that step clipped them."""
         if not self.keep_statistics:
             return {}
         return statistics(global_norm=jnp.zeros((), jnp.float32), clipped=jnp.zeros((), bool))
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Scale every present update by `min(1, max_norm / global_norm)`."""
         self.check_state(state)
         norm = global_norm(updates)

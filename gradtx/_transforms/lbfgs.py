@@ -18,7 +18,7 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.widening import promoted
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import next_count
@@ -52,7 +52,7 @@ class ScaleByLbfgs(Transformation):
         """Per-path previous values and memories; the global weights and step count."""
         return ("count", *_PREVIOUS, *_MEMORIES, "weights_memory")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero previous values and memories for every non-`None` leaf, zero weights."""
         reject_packed(params, self.name, "keeps a memory of past steps for each array")
         m = self.memory_size
@@ -71,7 +71,7 @@ class ScaleByLbfgs(Transformation):
         state["count"] = jnp.zeros((), jnp.int32)
         return state
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """One two-loop recursion over the present paths, with the newest pair stored first."""
         check_state_keys(self.name, state, self.state_keys())
         reject_packed(updates, self.name, "keeps a memory of past steps for each array")

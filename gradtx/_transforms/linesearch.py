@@ -28,7 +28,7 @@ from gradtx._core.lift import (
     update_slots,
     zeros_for,
 )
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._core.widening import promoted
 from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
@@ -96,7 +96,9 @@ class Line:
     compute dtypes; scalars (the values `value0`, the slopes `slope0`) are in `dtype`.
     """
 
-    def __init__(self, owner: str, updates: Any, params: Any, extra: dict, dtype: Any) -> None:
+    def __init__(
+        self, owner: str, updates: Updates, params: Params, extra: dict, dtype: Any
+    ) -> None:
         reject_packed(updates, owner, "evaluates the loss at points along the updates")
         if params is None:
             raise ValueError(
@@ -147,7 +149,7 @@ class Line:
             out.append(cast(real, direction.dtype))
         return out
 
-    def step(self, eta: jax.Array, params: Any = None) -> Any:
+    def step(self, eta: jax.Array, params: Params = None) -> Any:
         """The updates times `eta` (each in its own dtype); `params` checks their paths."""
         return map_updates(lambda u, _: scaled(u, eta), self.updates, params, owner=self.owner)
 
@@ -160,7 +162,7 @@ class Line:
         """`(value, slope, gradients)` at `params + eta * updates`."""
         trial = apply_updates(self.params, self.step(eta))
 
-        def scalar_fn(params: Any) -> jax.Array:  # says so before `jax.grad` does
+        def scalar_fn(params: Params) -> jax.Array:  # says so before `jax.grad` does
             value = jnp.asarray(self.value_fn(params, **self.fn_kwargs))
             self._scalar(value)
             return value
@@ -197,7 +199,7 @@ class Linesearch(Transformation, KeepsStatistics):
         info = ("info",) if self.keep_statistics else ()
         return ("learning_rate", "value", *(("grad",) if self.keeps_grad() else ()), *info)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Step size 1, value `inf` (nothing evaluated yet), zero gradients."""
         reject_packed(params, self.name, "evaluates the loss at points along the updates")
         dtype = scalar_dtype(params)
@@ -214,7 +216,7 @@ class Linesearch(Transformation, KeepsStatistics):
         )
         return state
 
-    def line(self, updates: Any, state: dict, params: Any, extra: dict[str, Any]) -> Line:
+    def line(self, updates: Updates, state: dict, params: Params, extra: dict[str, Any]) -> Line:
         """The checked arguments of `update`, as the line to search along."""
         check_state_keys(self.name, state, self.state_keys())
         return Line(self.name, updates, params, extra, state["value"].dtype)
@@ -267,13 +269,13 @@ def _holds_both(node: Any) -> bool:
     return isinstance(node, Mapping) and "value" in node and "grad" in node
 
 
-def _searches(state: Any) -> list[tuple[str, Mapping]]:
+def _searches(state: State) -> list[tuple[str, Mapping]]:
     """`(key, node)` for every part of `state` keeping a line search's value and gradient."""
     found = jax.tree_util.tree_flatten_with_path(state, is_leaf=_holds_both)[0]
     return [(path_of(kp), node) for kp, node in found if _holds_both(node)]
 
 
-def _stored_grad(found: Mapping, params: Any) -> Any:
+def _stored_grad(found: Mapping, params: Params) -> Any:
     """The kept gradient as a tree shaped like `params`, in `jax.grad`'s convention."""
     paths, leaves, treedef = flatten(params)
     kept = found["grad"]
@@ -340,7 +342,7 @@ def value_and_grad_from_state(
         Array([1., 1.], dtype=float32)
     """
 
-    def value_and_grad(params: Any, *args: Any, state: Any, **kwargs: Any) -> tuple:
+    def value_and_grad(params: Params, *args: Any, state: State, **kwargs: Any) -> tuple:
         found = _searches(state)
         if len(found) != 1:
             where = [key or "(the state itself)" for key, _ in found]

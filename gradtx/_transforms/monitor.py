@@ -9,7 +9,7 @@ from jax import lax
 
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.statistics import statistics
 from gradtx._layouts.complex import is_complex, to_real
 from gradtx._layouts.packed import reject_packed
@@ -40,7 +40,7 @@ def _squared_norm(x: Any) -> Any:
     return jnp.sum(x * x).astype(jnp.float32)
 
 
-def _read_before_the_apply(updates: Any, param_squares: dict[str, Any]) -> Any:
+def _read_before_the_apply(updates: Updates, param_squares: dict[str, Any]) -> Any:
     """`updates`, bit for bit, each present leaf computed after its param's sum of squares.
 
     A donated step writes the new params into the old params' buffers, so XLA must run every
@@ -96,7 +96,7 @@ class Monitor(Transformation):
         """The monitor's name: the key of its statistics in a chain's state."""
         return self.label
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero statistics; per-path ones for every parameter path present in `params`."""
         reject_packed(params, f"monitor({self.label!r})", "keeps statistics per path")
 
@@ -114,7 +114,9 @@ class Monitor(Transformation):
             state["global_update_ratio"] = zero()
         return statistics(state)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params = None, **extra: Any
+    ) -> tuple[Any, dict]:
         """Return `updates` unchanged and the statistics of the paths present in them."""
         owner = f"monitor({self.label!r})"
         if not isinstance(state, dict) or any(s not in state for s in self.stats):

@@ -12,6 +12,7 @@ import numpy as np
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import field, hyperparam
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params
 
 
 def raw_key(value: Any, name: str) -> Any:
@@ -52,7 +53,7 @@ class AddNoise(PerArrayTransform):
         """The path's step `count` and its PRNG key `rng_key`."""
         return ("count", "rng_key")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Count 0 and the key `fold_in(seed, crc32(path))` for every path."""
         state = super().init_state(params)
         state["rng_key"] = {p: path_key(k, p) for p, k in state["rng_key"].items()}

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params, Updates
 from gradtx._transforms.clipping import global_norm
 from gradtx._transforms.scale import scaled
 
@@ -18,7 +19,7 @@ class NormalizeByUpdateNorm(PerArrayTransform):
     scale_factor: Any = hyperparam(1.0)
     eps: Any = hyperparam(1e-6, check=non_negative)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """`u = scale_factor * g / (||g|| + eps)`, the norm over every present leaf."""
         self.check_state(state)
         factor = self.scale_factor / (global_norm(updates) + self.eps)

@@ -10,7 +10,7 @@ import numpy as np
 
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, positive, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.complex import reject_complex
 from gradtx._layouts.packed import reject_packed
@@ -30,7 +30,7 @@ class _PerExampleClip(Transformation, KeepsStatistics):
         """The statistic `num_clipped` (none without statistics)."""
         return ("num_clipped",) if self.keep_statistics else ()
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`num_clipped`: int32 counts of the examples the last update clipped (per path)."""
         reject_packed(params, self.name, _BATCH_AXIS)
         if not self.keep_statistics:
@@ -41,7 +41,7 @@ class _PerExampleClip(Transformation, KeepsStatistics):
         counts = {p: jnp.zeros((), jnp.int32) for p in present_paths(params)}
         return statistics(num_clipped=statistics(counts))
 
-    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: State, params: Params = None, **extra: Any) -> tuple:
         """Sum over the leading batch axis of the per-example gradients, each clipped."""
         recorded = isinstance(state, dict) and "num_clipped" in state
         if recorded and self.per_leaf:
@@ -100,7 +100,7 @@ def _example_squares(g: Any, dtype: Any) -> Any:
     return jnp.sum(y * y, axis=tuple(range(1, y.ndim)))
 
 
-def per_example_leaves(updates: Any, owner: str) -> tuple[tuple[str, ...], Any, list, int]:
+def per_example_leaves(updates: Updates, owner: str) -> tuple[tuple[str, ...], Any, list, int]:
     """Per-example gradients: paths, treedef, the `(path, leaf)` pairs present, batch size.
 
     Packed and complex updates are refused; every present leaf needs the same leading batch
@@ -128,7 +128,7 @@ def per_example_leaves(updates: Any, owner: str) -> tuple[tuple[str, ...], Any, 
 
 
 # The helpers' older private names, for callers not yet moved to the names above.
-def _per_example_leaves(updates: Any, owner: str) -> tuple[Any, list, Any, list]:
+def _per_example_leaves(updates: Updates, owner: str) -> tuple[Any, list, Any, list]:
     paths, treedef, present, _ = per_example_leaves(updates, owner)
     return paths, flatten(updates)[1], treedef, present
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import map_updates
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params, Updates
 from gradtx._transforms.scale import scaled
 from gradtx._tree.reductions import global_sum
 
@@ -32,7 +33,7 @@ class ScaleByPolyak(PerArrayTransform):
     eps: Any = hyperparam(0.0, check=non_negative)
     variant: str = static("sps", converter=_variant)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Multiply every present update by `min((value - f_min) / (||g||^2 + eps), max_lr)`."""
         self.check_state(state)
         value = extra.get("value")

@@ -12,6 +12,7 @@ from jax import lax
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import Module, as_float, hyperparam, is_schedule, static
 from gradtx._core.per_array import PerArrayTransform, hyperparam_at
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.step_counts import next_count
 
@@ -32,7 +33,7 @@ class Identity(PerArrayTransform):
 
     name: ClassVar[str] = "identity"
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Return `updates` and `state` as they are."""
         return updates, state
 
@@ -99,7 +100,7 @@ class RecordsScheduledValue(PerArrayTransform, KeepsStatistics):
         """A zero step count when scheduled."""
         return {"schedule_count": jnp.zeros((), jnp.int32)} if self.slot_keys() else {}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The count slots, and the schedule's value at step 0."""
         state = super().init_state(params)
         if "scheduled" not in self.state_keys():
@@ -114,7 +115,9 @@ class RecordsScheduledValue(PerArrayTransform, KeepsStatistics):
     def _value_at(self, step: Any) -> Any:
         return jnp.asarray(hyperparam_at(self._schedule(), step), jnp.float32)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params = None, **extra: Any
+    ) -> tuple[Any, dict]:
         """The scaled updates; the value is recorded from the counts just advanced."""
         self.check_state(state)
         slots = {k: state[k] for k in self.slot_keys()}
@@ -156,7 +159,9 @@ class ScaleByLearningRate(RecordsScheduledValue):
     flip_sign: bool = static(True)
     keep_statistics: bool = static(True)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params = None, **extra: Any
+    ) -> tuple[Any, dict]:
         """`-lr * g` for every present path (`+lr * g` with `flip_sign=False`)."""
         if self.flip_sign and not self.state_keys():
             # A constant rate is negated once for the tree, not traced again for every leaf.

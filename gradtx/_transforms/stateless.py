@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._layouts.packed import reject_packed
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
@@ -19,7 +19,7 @@ def _check_function(f: Any, name: str) -> None:
         raise TypeError(f"{name}: `f` must be a function, got {type(f).__name__}: {f!r}")
 
 
-def _described(name: str, params: Any) -> dict[str, list[tuple[str, dict]]]:
+def _described(name: str, params: Params) -> dict[str, list[tuple[str, dict]]]:
     """One step without hyperparameters on every present path (`f` is not called)."""
     return {path: [(name, {})] for path in present_paths(params)}
 
@@ -35,16 +35,18 @@ class Stateless(Transformation):
     def __check__(self) -> None:
         _check_function(self.f, "stateless")
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`stateless` on every present path."""
         return _described(self.name, params)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """No state (`{}`); packed params are refused, since `f` sees the whole tree."""
         reject_packed(params, self.name, "passes the whole updates tree to `f`")
         return {}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple[Any, dict]:
+    def step(
+        self, updates: Updates, state: dict, params: Params = None, **extra: Any
+    ) -> tuple[Any, dict]:
         """`f(updates, params)`; its result must have the paths of `updates`."""
         check_state_keys(self.name, state, ())
         reject_packed(updates, self.name, "passes the whole updates tree to `f`")
@@ -104,7 +106,7 @@ class StatelessWithTreeMap(PerArrayTransform):
     def __check__(self) -> None:
         _check_function(self.f, "stateless_with_tree_map")
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`stateless_with_tree_map` on every present path."""
         return _described(self.name, params)
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import compute_dtype
 from gradtx._core.module import hyperparam, is_schedule, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params
 from gradtx._core.stacked import StackedTransform, as_stacked
 from gradtx._transforms.block_rms import block_norm
 from gradtx._transforms.scale import scheduled_value
@@ -26,7 +27,7 @@ class ScaleByTrustRatio(SelectsByMask, StackedTransform):
     mask: Any = static(None, converter=optional_selector)
     stacked: Any = static((), converter=as_stacked)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """No state; a `mask` or `stacked` selector that matches nothing fails here."""
         self.check_mask(params)
         return super().init_state(params)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import cast, compute_dtype
 from gradtx._core.module import hyperparam, static
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._paths.selectors import as_selector, select
 
 
@@ -24,12 +24,12 @@ class SelectsByMask:
     name: ClassVar[str]
     mask: Any  # each class's own static field, converted by `optional_selector`
 
-    def check_mask(self, params: Any) -> None:
+    def check_mask(self, params: Params) -> None:
         """Raise when the `mask` matches no path of `params` (it is almost always a typo)."""
         if self.mask is not None:
             select(params, self.mask, argument=f"{self.name}(mask=...)")
 
-    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+    def selected_paths(self, updates: Updates, params: Params) -> set[str] | None:
         """The paths the mask selects among those present (all of them without a mask)."""
         if self.mask is None:
             return None
@@ -45,7 +45,7 @@ class AddDecayedWeights(SelectsByMask, PerArrayTransform):
     weight_decay: Any = hyperparam(0.0)
     mask: Any = static(None, converter=optional_selector)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """No state; a `mask` that matches nothing fails here."""
         self.check_mask(params)
         return {}

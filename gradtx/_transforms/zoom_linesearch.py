@@ -10,6 +10,7 @@ from jax import lax
 
 from gradtx._core.lift import cast
 from gradtx._core.module import hyperparam, static
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.update_sharding import like
 from gradtx._transforms.linesearch import Line, Linesearch, check_steps, missed, report
 
@@ -101,7 +102,7 @@ class ScaleByZoomLinesearch(Linesearch):
     def __check__(self) -> None:
         check_steps(self.max_linesearch_steps, "max_linesearch_steps")
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Bracket a step size meeting the strong Wolfe conditions, then zoom into it."""
         line = self.line(updates, state, params, extra)
         dtype = line.dtype
