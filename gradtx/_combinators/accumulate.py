@@ -20,12 +20,10 @@ from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import is_elementwise, keeps_no_arrays, trace_once
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots, zeros_for
 from gradtx._core.module import Module, field, static
-from gradtx._core.protocol import merge_descriptions
+from gradtx._core.protocol import Params, State, Updates, merge_descriptions
 from gradtx._core.widening import is_narrow, shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
-
-__all__ = ["Accumulate", "accumulate", "has_updated", "multi_steps"]
 
 # `accumulator_dtype="param"`: keep each accumulator in its parameter's own dtype.
 PARAM_DTYPE = "param"
@@ -130,7 +128,7 @@ class Accumulate(Wrapper):
             k = int(_k_at(self.every_k_schedule, np.int32(done)))
         return done, k
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`accumulate` on every trainable path, then the inner steps.
 
         The inner steps are described at the optimizer step that `step` calls reach
@@ -142,7 +140,7 @@ class Accumulate(Wrapper):
         own = {path: [entry] for path in present_paths(params) if path not in frozen}
         return merge_descriptions(own, self.inner.describe(params, inner_step))
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero accumulators for the trainable paths, `micro_step = 0` and the inner state."""
         frozen = self.inner.frozen_paths(params)
         where = {p for p in present_paths(params) if p not in frozen} if frozen else None
@@ -162,7 +160,7 @@ class Accumulate(Wrapper):
             state["skip_state"] = self._initial_skip_state(params)
         return state
 
-    def _initial_skip_state(self, params: Any) -> Any:
+    def _initial_skip_state(self, params: Params) -> Any:
         """Zeros shaped like the predicate's auxiliary output for zero updates."""
         zero_updates = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
         step = jax.ShapeDtypeStruct((), jnp.int32)
@@ -178,7 +176,7 @@ class Accumulate(Wrapper):
                 f"`should_skip` a bool scalar array, got dtype {dtype} and shape {shape}."
             )
 
-    def _skip(self, updates: Any, state: dict, params: Any) -> tuple[jax.Array, Any]:
+    def _skip(self, updates: Updates, state: dict, params: Params) -> tuple[jax.Array, Any]:
         """The predicate's verdict on `updates`, and its auxiliary output in the old dtypes."""
         skip, aux = self.should_skip_update_fn(updates, state["gradient_step"], params)
         skip = jnp.asarray(skip)
@@ -192,7 +190,7 @@ class Accumulate(Wrapper):
         aux = jax.tree.map(lambda new, x: jnp.asarray(new).astype(x.dtype), aux, old)
         return skip, aux
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Add the gradient; on the k-th call of a cycle run the inner step on the mean.
 
         A call that the skip predicate rejects changes nothing but `skip_state`.
@@ -248,7 +246,7 @@ class Accumulate(Wrapper):
         # The accumulators are summed and reset outside the cond, so that XLA writes them in
         # place: returned by a branch, they would be copied on every call. The cond says
         # whether to keep the sum, so that the reset reads the old accumulators after it.
-        def step(inner_state: Any) -> tuple[Any, Any, Any]:
+        def step(inner_state: State) -> tuple[Any, Any, Any]:
             # Frozen paths (no accumulator) pass their raw gradient: the inner zeroes them.
             averaged, _ = update_slots(
                 mean, updates, summed(), owner=self.name, where=acc_paths, element_slots=()
@@ -261,7 +259,7 @@ class Accumulate(Wrapper):
         traced, shapes, replayed = trace_once(step, inner)
         stepped = shapes[0]  # the update dtypes (state may widen)
 
-        def wait(inner_state: Any) -> tuple[Any, Any, Any]:
+        def wait(inner_state: State) -> tuple[Any, Any, Any]:
             # The gradients stand in for the updates, which are zeroed after the cond: zeros
             # made in the branch were one more kernel per leaf to compile
             # (benchmarks/combinators.py).
@@ -287,7 +285,7 @@ class Accumulate(Wrapper):
             new_state["skip_state"] = aux
         return new_updates, new_state
 
-    def _check_paths(self, updates: Any, acc_paths: set[str], params: Any) -> None:
+    def _check_paths(self, updates: Updates, acc_paths: set[str], params: Params) -> None:
         """A present, trainable path must have an accumulator (else the params changed)."""
         missing = [p for p in present_paths(updates) if p not in acc_paths]
         if missing:  # the frozen paths are asked for only then
@@ -446,7 +444,7 @@ def multi_steps(
     )
 
 
-def has_updated(state: Any) -> jax.Array:
+def has_updated(state: State) -> jax.Array:
     """Whether the `accumulate` / `multi_steps` call that returned `state` took the inner step.
 
     True when `micro_step` is back at 0 and, where the state keeps `gradient_step` (a

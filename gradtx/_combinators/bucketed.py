@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import static
+from gradtx._core.protocol import Params, State, Updates
 from gradtx._layouts.packed import (
     LARGE_LEAF,
     Packed,
@@ -35,8 +36,6 @@ from gradtx._layouts.packed import (
     spec_text,
 )
 from gradtx._paths.paths import is_unit, leaves
-
-__all__ = ["Bucketed", "bucketed"]
 
 OFFSETS = "bucket_offsets"
 
@@ -88,7 +87,7 @@ def _check_unpacked(tree: Any, owner: str, what: str) -> None:
             )
 
 
-def _check_seen(owner: str, offsets: BucketOffsets, updates: Any) -> None:
+def _check_seen(owner: str, offsets: BucketOffsets, updates: Updates) -> None:
     """Refuse gradients sharded where `init` saw no sharding: they would be joined to others.
 
     `update` runs traced (eager calls too, see `eager_dispatch`), and a tracer shows its
@@ -109,7 +108,7 @@ def _check_seen(owner: str, offsets: BucketOffsets, updates: Any) -> None:
         )
 
 
-def _merges(state: Any) -> bool:
+def _merges(state: State) -> bool:
     """A dict state takes the offsets in as one more entry; any other is kept under `inner`."""
     return isinstance(state, dict) and not ({OFFSETS, "inner"} & set(state))
 
@@ -131,7 +130,7 @@ class Bucketed(Wrapper):
         """The inner state's entries (or `inner`), and the leaves' offsets `bucket_offsets`."""
         return (OFFSETS,)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner transformation's description, each path's bucket first.
 
         The bucket is a step without hyperparameters named `bucket float32` (shared with the
@@ -156,7 +155,7 @@ class Bucketed(Wrapper):
             out[spec.path] = [(note, {}), *out.get(spec.path, [])]
         return out
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The inner's eval weights, computed on the packed params and handed back as a tree."""
         check_state_keys(self.name, state, self.state_keys())
         offsets = state[OFFSETS]
@@ -166,7 +165,7 @@ class Bucketed(Wrapper):
             return params
         return result.unpack(offsets.values)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The inner state for the packed params, each leaf's offset, and the sharded paths."""
         # Decided here, once: `update` may run where shardings do not show (see `bucketed`).
         sharded = tuple(sharded_leaves(params))
@@ -181,7 +180,7 @@ class Bucketed(Wrapper):
             return {**state, OFFSETS: offsets}
         return {"inner": state, OFFSETS: offsets}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Pack the updates (and params), run the inner step once per buffer, unpack."""
         check_state_keys(self.name, state, self.state_keys())
         offsets = state[OFFSETS]

@@ -8,12 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, merge_descriptions
+from gradtx._core.protocol import Params, State, Transformation, Updates, merge_descriptions
 from gradtx._core.widening import Widening, is_narrow, widening
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
-
-__all__ = ["Chain", "ChainState", "chain", "named_chain"]
 
 
 class ChainState(dict):
@@ -122,7 +120,7 @@ class Chain(Transformation):
             return tuple(k for tx in self.transforms for k in cast(Any, tx).state_keys())
         return self.names
 
-    def _child_state(self, state: Any, name: str, tx: Transformation) -> Any:
+    def _child_state(self, state: State, name: str, tx: Transformation) -> Any:
         if not isinstance(state, dict):
             raise TypeError(
                 f"{self.label}: expected the state made by this chain's init (a dict with keys "
@@ -145,7 +143,7 @@ class Chain(Transformation):
         else:
             state[name] = child
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`{name: child.init(params)}` (a `ChainState`), or the children's merged states if `flat`.
 
         A flat chain's state is a plain dict, as its stateful step's own state is.
@@ -155,21 +153,21 @@ class Chain(Transformation):
             self._put(state, name, tx.init_state(params))
         return state
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The last child's frozen paths (a later child could add to a frozen update)."""
         return self.transforms[-1].frozen_paths(params) if self.transforms else frozenset()
 
-    def eval_params(self, state: Any, params: Any) -> Any:
+    def eval_params(self, state: State, params: Params) -> Any:
         """Each child's eval weights, in order, each child given the previous one's."""
         for name, tx in zip(self.names, self.transforms):
             params = tx.eval_params(self._child_state(state, name, tx), params)
         return params
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The children's steps, in order, for each path."""
         return merge_descriptions(*(tx.describe(params, step) for tx in self.transforms))
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Run each child's update in order, passing `params` and `**extra` along.
 
         Updates narrower than float32 (bfloat16, float16) travel between the children in
@@ -191,7 +189,7 @@ class Chain(Transformation):
         return updates, new_state
 
 
-def _narrowed_back(updates: Any, given: Any, block: Widening) -> Any:
+def _narrowed_back(updates: Updates, given: Any, block: Widening) -> Any:
     """`updates`, each leaf that was narrow in `given` rounded once.
 
     It is rounded to the promoted dtype of its gradient and the state read for its path: its

@@ -14,17 +14,10 @@ from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import trace_once
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._core.widening import shaped_like
 from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
-
-__all__ = [
-    "ConditionallyMask",
-    "ConditionallyTransform",
-    "conditionally_mask",
-    "conditionally_transform",
-]
 
 
 def choose(flag: Any, yes: Any, no: Any) -> Any:
@@ -40,9 +33,9 @@ def zeros_unless(flag: Any, tree: Any) -> Any:
 def run_or_skip(
     active: Any,
     inner: Transformation,
-    updates: Any,
-    state: Any,
-    params: Any,
+    updates: Updates,
+    state: State,
+    params: Params,
     extra: dict,
     *,
     zero_skipped: bool,
@@ -61,14 +54,14 @@ def run_or_skip(
 
     if traced is None:
 
-        def run(inner_state: Any) -> tuple[Any, Any]:
+        def run(inner_state: State) -> tuple[Any, Any]:
             return inner.step(updates, inner_state, params, **extra)
 
         traced = trace_once(run, state)
     _, shapes, replayed = traced
     ran = shapes[0]
 
-    def skip(inner_state: Any) -> tuple[Any, Any]:
+    def skip(inner_state: State) -> tuple[Any, Any]:
         kept = jax.tree.map(jnp.zeros_like, updates) if zero_skipped else updates
         return shaped_like(kept, ran), inner_state
 
@@ -104,14 +97,14 @@ class ConditionallyTransform(Wrapper):
         except Exception:  # needs extra arguments, or cannot run on a concrete step
             return None
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner steps at `step` where the condition holds, after this wrapper's entry."""
         active = self._active(step)
         entry = (self.name, {} if active is None else {"active": active})
         inner = self.inner.describe(params, step) if active is not False else {}
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`step = 0` and the inner state."""
         return {"step": jnp.zeros((), jnp.int32), "inner": self.inner.init_state(params)}
 
@@ -127,7 +120,7 @@ class ConditionallyTransform(Wrapper):
             value = value != 0
         return value
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The inner update if `should_transform_fn(step)`, else the skipped-step updates."""
         check_state_keys(self.name, state, self.state_keys())
         active = self._condition(state["step"], extra)

@@ -18,12 +18,10 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.module import decay_rate, hyperparam, static
-from gradtx._core.protocol import own_hyperparams
+from gradtx._core.protocol import Params, Updates, own_hyperparams
 from gradtx._layouts.step_counts import next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
-
-__all__ = ["EmaParams", "ema_params"]
 
 
 class EmaParams(Wrapper):
@@ -41,13 +39,13 @@ class EmaParams(Wrapper):
         """The inner state, the average `ema` and, when debiasing, the path's step `count`."""
         return ("inner", "ema", "count") if self.debias else ("inner", "ema")
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner steps, then this one with its `decay`."""
         entry = (self.name, own_hyperparams(self, step))
         inner = self.inner.describe(params, step)
         return {path: [*inner.get(path, []), entry] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The inner state; a zero average (a copy of the params without `debias`)."""
 
         def leaf_init(param: Any) -> dict[str, Any]:
@@ -59,7 +57,7 @@ class EmaParams(Wrapper):
         slots = init_slots(params, leaf_init, keys, step_counts=("count",) if self.debias else ())
         return {"inner": self.inner.init_state(params), **slots}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The inner update; then fold the inner's eval weights after it into the average."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
@@ -87,7 +85,7 @@ class EmaParams(Wrapper):
         )
         return new_updates, {"inner": inner, **slots}
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The moving average (debiased), shaped like `params`; `params` before any step.
 
         Args:

@@ -15,13 +15,12 @@ from gradtx._combinators.wrapper import Wrapper
 from gradtx._core.elementwise_steps import is_elementwise, trace_once
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import static
+from gradtx._core.protocol import Params, State, Updates
 from gradtx._core.statistics import statistics
 from gradtx._core.widening import promoted
 from gradtx._layouts.packed import LARGE_LEAF
 from gradtx._layouts.step_counts import next_count, split_where_absent
 from gradtx._paths.subset import present_paths
-
-__all__ = ["ApplyIfFinite", "all_finite", "apply_if_finite"]
 
 
 def all_finite(tree: Any) -> jax.Array:
@@ -63,7 +62,7 @@ def _leaf_finite(g: jax.Array, u: jax.Array) -> jax.Array:
     return jnp.max(jnp.logical_not(jnp.isfinite(zero)).astype(jnp.uint8)) == 0
 
 
-def _check_computed(updates: Any, checked: Any) -> jax.Array:
+def _check_computed(updates: Updates, checked: Any) -> jax.Array:
     """Whether the gradients and an elementwise step's updates computed from them are finite.
 
     `updates` and `checked` have one structure; their `None` leaves are skipped.
@@ -92,7 +91,7 @@ class ApplyIfFinite(Wrapper):
         """The inner state and the statistics of non-finite steps."""
         return ("inner", "notfinite_count", "total_notfinite", "last_finite")
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """This wrapper's entry, then the inner steps, for every present path."""
         entry = (
             self.name,
@@ -104,7 +103,7 @@ class ApplyIfFinite(Wrapper):
         inner = self.inner.describe(params, step)
         return {path: [entry, *inner.get(path, [])] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The inner state, zero counts and `last_finite = True`."""
         return statistics(
             inner=self.inner.init_state(params),
@@ -113,12 +112,12 @@ class ApplyIfFinite(Wrapper):
             last_finite=jnp.ones((), jnp.bool_),
         )
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
         old_inner = split_where_absent(state["inner"], updates)
 
-        def run(inner_state: Any) -> tuple[Any, Any]:
+        def run(inner_state: State) -> tuple[Any, Any]:
             return self.inner.step(updates, inner_state, params, **extra)
 
         # Traced once and replayed wherever it runs: traced four times, the inner step took

@@ -9,13 +9,11 @@ import jax.numpy as jnp
 
 from gradtx._combinators.masked import eval_group, selection, step_group
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import is_unit
 from gradtx._paths.selectors import as_selector
 from gradtx._paths.subset import merge_by_path, present_paths, restrict
-
-__all__ = ["Freeze", "freeze", "selective_transform", "trainable"]
 
 
 def _zeros(leaf: Any) -> Any:
@@ -39,7 +37,7 @@ class Freeze(Transformation):
         return f"{self.label}(where={self.where!r})"
 
     def _split(
-        self, params: Any, updates: Any = None, strict: bool = False
+        self, params: Params, updates: Updates = None, strict: bool = False
     ) -> tuple[frozenset[str], frozenset[str]]:
         """`(frozen, trainable)` paths of `params` when given (the full tree), else `updates`."""
         chosen = selection(params, updates, self.where, self._argument(), strict)
@@ -47,12 +45,12 @@ class Freeze(Transformation):
         frozen = present - chosen if self.invert else chosen
         return frozen, present - frozen
 
-    def init_state(self, params: Any) -> Any:
+    def init_state(self, params: Params) -> Any:
         """The inner state for the trainable paths only: frozen paths allocate nothing."""
         train = self._split(params, strict=True)[1]
         return self.inner.init_state(restrict(params, train, self.label))
 
-    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: State, params: Params = None, **extra: Any) -> tuple:
         """Zeros on the frozen paths, the inner update on the others.
 
         The inner transformation never sees the frozen paths, so they are out of its global
@@ -64,17 +62,17 @@ class Freeze(Transformation):
         zeros = (still, jax.tree.map(_zeros, still, is_leaf=is_unit))
         return merge_by_path(updates, [zeros, *parts]), state
 
-    def eval_params(self, state: Any, params: Any) -> Any:
+    def eval_params(self, state: State, params: Params) -> Any:
         """The inner's eval weights on the trainable paths; the frozen ones as they are."""
         parts = eval_group(self.inner, state, params, self._split(params)[1], self.label)
         return merge_by_path(params, parts) if parts else params
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The frozen paths, and those the inner transformation freezes."""
         frozen, train = self._split(params)
         return frozen | self.inner.frozen_paths(restrict(params, train, self.label))
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """`frozen` for the frozen paths, the inner's steps for the others."""
         frozen, train = self._split(params)
         out = self.inner.describe(restrict(params, train, self.label), step)

@@ -17,7 +17,7 @@ from jax.core import Tracer
 
 from gradtx._combinators.without_statistics import without_statistics
 from gradtx._core.module import Module, as_float, field, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.static_value import StaticValue
 from gradtx._core.statistics import KeepsStatistics
 from gradtx._layouts.step_counts import next_count
@@ -32,8 +32,6 @@ from gradtx._schedules.stateful import (
     start,
     value_at,
 )
-
-__all__ = ["HyperparamCheck", "InjectHyperparams", "InjectState", "inject_hyperparams"]
 
 # A function passed under one of these names is structure (a mask, a label function), never
 # a schedule, whatever the factory's defaults say.
@@ -237,7 +235,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         except ValueError as e:
             raise ValueError(f"{self._owner()}: {e}{self._rounding(values, str(e))}") from e
 
-    def init_state(self, params: Any) -> InjectState:
+    def init_state(self, params: Params) -> InjectState:
         """Count 0, the hyperparameters at step 0, the inner state, the schedules' states."""
         count = jnp.zeros((), jnp.int32)
         states = {n: start(self._owner(), n, s) for n, s in self._stateful().items()} or None
@@ -249,7 +247,7 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         return InjectState(count, values, inner, scheduled, states, check)
 
     def step(
-        self, updates: Any, state: InjectState, params: Any = None, **extra: Any
+        self, updates: Updates, state: InjectState, params: Params = None, **extra: Any
     ) -> tuple[Any, InjectState]:
         """Run the inner update with the hyperparameters of this step.
 
@@ -278,17 +276,17 @@ class InjectHyperparams(Transformation, KeepsStatistics):
         count = next_count(state.count)
         return updates, InjectState(count, values, inner, state.scheduled, states, state.check)
 
-    def eval_params(self, state: InjectState, params: Any) -> Any:
+    def eval_params(self, state: InjectState, params: Params) -> Any:
         """The eval weights of the inner transformation built as at the last step."""
         # The stored values are those the last step used (schedules included), and those
         # define the weights it left behind (a schedule-free `b1`, say).
         return self.build(dict(state.hyperparams)).eval_params(state.inner, params)
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The inner transformation's frozen paths."""
         return self.build(self._values(jnp.zeros((), jnp.int32), None)).frozen_paths(params)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner description with the hyperparameters at `step`, as stored.
 
         Warns when a value is not representable in the hyperparameter dtype.

@@ -18,15 +18,13 @@ from gradtx._core.lift import (
     zeros_for,
 )
 from gradtx._core.module import field, hyperparam, static
-from gradtx._core.protocol import Transformation, own_hyperparams
+from gradtx._core.protocol import Params, State, Transformation, Updates, own_hyperparams
 from gradtx._core.update_sharding import like
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import StepCounts, next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, leaves, owning_path
 from gradtx._paths.subset import present_paths
-
-__all__ = ["Lookahead", "lookahead"]
 
 
 class Lookahead(Transformation):
@@ -47,17 +45,17 @@ class Lookahead(Transformation):
         """The fast state `fast`, the gap `fast_minus_slow` and the step `count`."""
         return ("fast", "fast_minus_slow", "count")
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The fast transformation's frozen paths."""
         return self.fast.frozen_paths(params)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The fast transformation's steps, then this one with `sync_period` and `alpha`."""
         entry = (self.name, {"sync_period": self.sync_period, **own_hyperparams(self, step)})
         fast = self.fast.describe(params, step)
         return {path: [*fast.get(path, []), entry] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The fast state, a zero gap (the slow weights are the params) and zero counts."""
         if self.reset_state:
             reject_packed(
@@ -71,7 +69,7 @@ class Lookahead(Transformation):
         slots = init_slots(params, leaf_init, ("fast_minus_slow", "count"), step_counts=("count",))
         return {"fast": self.fast.init_state(params), **slots}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """A fast step; every `sync_period`-th step of a path, move it to the new slow weight."""
         check_state_keys(self.name, state, self.state_keys())
         if self.reset_state and params is None:
@@ -103,7 +101,7 @@ class Lookahead(Transformation):
             fast_state = _restart(fast_state, fresh, synced, set(present_paths(params)))
         return new_updates, {"fast": fast_state, **slots}
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The slow weights (see `slow_params`), which lookahead evaluates.
 
         The fast transformation's own eval weights are a view of the fast weights, which
@@ -111,7 +109,7 @@ class Lookahead(Transformation):
         """
         return self.slow_params(params, state)
 
-    def slow_params(self, params: Any, state: dict) -> Any:
+    def slow_params(self, params: Params, state: dict) -> Any:
         """The slow weights, `params - fast_minus_slow`, shaped like `params`.
 
         Args:
@@ -155,7 +153,7 @@ def _synced(counts: Any, present: list[str], period: int) -> dict[str, tuple[Any
     return out
 
 
-def _restart(state: Any, fresh: Any, synced: dict[str, tuple[Any, Any]], paths: Any) -> Any:
+def _restart(state: State, fresh: Any, synced: dict[str, tuple[Any, Any]], paths: Any) -> Any:
     """`state` with the entries of the synchronised paths taken from the `fresh` state.
 
     An entry belongs to the parameter path that ends its key (`adam/mu/enc/w`: `enc/w`, among

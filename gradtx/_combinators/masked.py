@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import DuplicatePathError, flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import any_present, merge_by_path, restrict
 
-__all__ = ["Masked", "eval_group", "masked", "masked_extra", "selection", "step_group"]
-
 
 def masked_extra(
-    extra: dict[str, Any], updates: Any, chosen: frozenset[str], owner: str
+    extra: dict[str, Any], updates: Updates, chosen: frozenset[str], owner: str
 ) -> dict[str, Any]:
     """`extra` with each argument shaped like `updates` (the same paths) restricted to `chosen`.
 
@@ -34,7 +32,7 @@ def masked_extra(
 
 
 def selection(
-    params: Any, updates: Any, selector: Any, argument: str, strict: bool = False
+    params: Params, updates: Updates, selector: Any, argument: str, strict: bool = False
 ) -> frozenset[str]:
     """The paths `selector` picks in `params` when given (the full tree), else in `updates`.
 
@@ -47,9 +45,9 @@ def selection(
 def step_group(
     tx: Any,
     chosen: frozenset[str],
-    updates: Any,
-    state: Any,
-    params: Any,
+    updates: Updates,
+    state: State,
+    params: Params,
     extra: dict[str, Any],
     owner: str,
     mask_extra: bool = False,
@@ -69,7 +67,7 @@ def step_group(
     return [(group, result)], state
 
 
-def eval_group(tx: Any, state: Any, params: Any, chosen: frozenset[str], owner: str) -> list:
+def eval_group(tx: Any, state: State, params: Params, chosen: frozenset[str], owner: str) -> list:
     """`tx`'s eval weights on the paths `chosen` of `params`, as parts for `merge_by_path`."""
     group = restrict(params, chosen, owner)
     return [(group, tx.eval_params(state, group))] if any_present(group) else []
@@ -91,12 +89,12 @@ class Masked(Transformation):
     def _argument(self) -> str:
         return f"{self.label}(mask={self.mask!r})"
 
-    def init_state(self, params: Any) -> Any:
+    def init_state(self, params: Params) -> Any:
         """The inner state for the selected paths only; a mask selecting nothing raises."""
         chosen = selection(params, None, self.mask, self._argument(), strict=True)
         return self.inner.init_state(restrict(params, chosen, self.label))
 
-    def step(self, updates: Any, state: Any, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: State, params: Params = None, **extra: Any) -> tuple:
         """The inner update on the selected present paths; others pass through.
 
         A call without any selected gradient leaves the state untouched. With
@@ -110,18 +108,18 @@ class Masked(Transformation):
         )
         return (merge_by_path(updates, parts) if parts else updates), state
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The inner's frozen paths among the selected ones."""
         chosen = selection(params, None, self.mask, self._argument())
         return self.inner.frozen_paths(restrict(params, chosen, self.label))
 
-    def eval_params(self, state: Any, params: Any) -> Any:
+    def eval_params(self, state: State, params: Params) -> Any:
         """The inner's eval weights on the selected paths; the other paths' params."""
         chosen = selection(params, None, self.mask, self._argument())
         parts = eval_group(self.inner, state, params, chosen, self.label)
         return merge_by_path(params, parts) if parts else params
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner's description of the selected paths (after `[name]` if one was given)."""
         chosen = selection(params, None, self.mask, self._argument())
         inner = self.inner.describe(restrict(params, chosen, self.label), step)

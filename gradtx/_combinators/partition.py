@@ -7,13 +7,11 @@ from typing import Any
 
 from gradtx._combinators.masked import eval_group, step_group
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.static_value import StaticValue
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.selectors import LabelError, resolve_labels
 from gradtx._paths.subset import merge_by_path, restrict
-
-__all__ = ["Partition", "multi_transform", "partition"]
 
 
 class Partition(Transformation):
@@ -29,7 +27,9 @@ class Partition(Transformation):
         """The key of this step's state inside a chain."""
         return self.label
 
-    def _groups(self, params: Any, updates: Any, strict: bool) -> dict[Hashable, frozenset[str]]:
+    def _groups(
+        self, params: Params, updates: Updates, strict: bool
+    ) -> dict[Hashable, frozenset[str]]:
         tree = updates if params is None else params
         by_path = resolve_labels(
             tree,
@@ -43,7 +43,7 @@ class Partition(Transformation):
             for label in self.transforms
         }
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`{label: inner.init(params of that label)}`; every leaf needs exactly one label.
 
         Each label's params keep the whole model's paths, `None` outside the label, so the
@@ -55,7 +55,7 @@ class Partition(Transformation):
             for label, tx in self.transforms.items()
         }
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Each label's inner update on its present paths.
 
         A label with no gradient in `updates` keeps its state (counts and schedules included)
@@ -78,7 +78,7 @@ class Partition(Transformation):
             parts += part
         return merge_by_path(updates, parts), new_state
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """Each label's eval weights on its paths, from that label's state."""
         groups = self._groups(params, None, strict=False)
         parts = []
@@ -86,7 +86,7 @@ class Partition(Transformation):
             parts += eval_group(tx, state[label], params, groups[label], f"{self.label}[{label!r}]")
         return merge_by_path(params, parts)
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The union of each label's frozen paths."""
         groups = self._groups(params, None, strict=False)
         out: frozenset[str] = frozenset()
@@ -94,7 +94,7 @@ class Partition(Transformation):
             out |= tx.frozen_paths(restrict(params, groups[label], self.label))
         return out
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """Each path's label, then its label's inner steps."""
         groups = self._groups(params, None, strict=False)
         out: dict[str, list[tuple[str, dict]]] = {}

@@ -20,13 +20,11 @@ from gradtx._core.lift import (
 )
 from gradtx._core.module import field, hyperparam, static
 from gradtx._core.per_array import hyperparam_at
-from gradtx._core.protocol import Transformation, own_hyperparams
+from gradtx._core.protocol import Params, Transformation, Updates, own_hyperparams
 from gradtx._layouts.step_counts import aligned, next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.scale import ScalarOrSchedule
-
-__all__ = ["ScheduleFree", "schedule_free"]
 
 
 def own_copy(param: Any, dtype: Any = None) -> jax.Array:
@@ -90,11 +88,11 @@ class ScheduleFree(Transformation):
         """The base state, the sequence `z`, and the scalars of the averaging weights."""
         return ("base", "z", "weight_sum", "max_lr", "count")
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The base optimizer's frozen paths: their `z` stays at the params, so `x` does too."""
         return self.base.frozen_paths(params)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The base optimizer's steps, then this one with `b1` and `weight_lr_power`."""
         # The rate is the base optimizer's, shown there: `explain` multiplies the rates it
         # finds along a path.
@@ -104,7 +102,7 @@ class ScheduleFree(Transformation):
         base = self.base.describe(params, step)
         return {path: [*base.get(path, []), entry] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The base state; per path, `z` a copy of the param and zero scalars and count."""
         if params is None:
             raise ValueError(f"{self.name}: `init` needs the params, got None.")
@@ -120,7 +118,7 @@ class ScheduleFree(Transformation):
         slots = init_slots(params, leaf_init, _SLOTS, step_counts=_SHARED)
         return {"base": self.base.init_state(params), **slots}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Step `z` by the base update; move the params to the new interpolation point."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
@@ -167,7 +165,7 @@ class ScheduleFree(Transformation):
         )
         return new_updates, {"base": base_state, **slots}
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The average $x = (y - (1 - b_1) z) / b_1$, from the params $y$ and `z`.
 
         Args:

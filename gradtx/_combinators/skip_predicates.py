@@ -7,13 +7,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gradtx._core.protocol import Params, Updates
 from gradtx._tree.reductions import global_sum
-
-__all__ = ["skip_large_updates", "skip_not_finite"]
 
 
 def skip_not_finite(
-    updates: Any, gradient_step: Any, params: Any
+    updates: Updates, gradient_step: Any, params: Params
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     r"""Skip a micro-step whose updates hold a NaN or an infinity.
 
@@ -47,7 +46,7 @@ def skip_not_finite(
 
 
 def skip_large_updates(
-    updates: Any, gradient_step: Any, params: Any, max_squared_norm: Any
+    updates: Updates, gradient_step: Any, params: Params, max_squared_norm: Any
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     r"""Skip a micro-step whose updates have a squared global norm of `max_squared_norm` or more.
 

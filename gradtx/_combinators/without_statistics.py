@@ -8,8 +8,6 @@ import jax
 
 from gradtx._core.statistics import KeepsStatistics
 
-__all__ = ["without_statistics"]
-
 
 def _keeps_statistics(node: Any) -> bool:
     return isinstance(node, KeepsStatistics)

@@ -6,10 +6,8 @@ from typing import Any
 
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation
 from gradtx._optax.wrapped import as_transformation
-
-__all__ = ["Wrapper"]
 
 
 class Wrapper(Transformation):
@@ -25,11 +23,11 @@ class Wrapper(Transformation):
         """The keys of the state, `inner` among them: each subclass names its own."""
         raise NotImplementedError
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The inner transformation's frozen paths."""
         return self.inner.frozen_paths(params)
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The inner transformation's eval weights, from its state."""
         check_state_keys(self.name, state, self.state_keys())
         return self.inner.eval_params(state["inner"], params)

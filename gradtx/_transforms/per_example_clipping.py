@@ -127,22 +127,6 @@ def per_example_leaves(updates: Updates, owner: str) -> tuple[tuple[str, ...], A
     return paths, treedef, present, next(iter(sizes), 0)
 
 
-# The helpers' older private names, for callers not yet moved to the names above.
-def _per_example_leaves(updates: Updates, owner: str) -> tuple[Any, list, Any, list]:
-    paths, treedef, present, _ = per_example_leaves(updates, owner)
-    return paths, flatten(updates)[1], treedef, present
-
-
-def _batch_size(present: list[tuple[str, Any]], owner: str) -> int:
-    return len(present) and int(np.shape(present[0][1])[0])
-
-
-def _globally_clipped_sum(present: list, leaves: list, batch: int, clip: Any) -> tuple:
-    sums, num_clipped = clipped_sums(present, clip)
-    summed = iter(sums.values())
-    return [None if g is None else next(summed) for g in leaves], num_clipped
-
-
 class PerExampleGlobalNormClip(_PerExampleClip):
     """Clip each example's gradient, sum over the batch (see `per_example_global_norm_clip`)."""
 

@@ -15,8 +15,6 @@ from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import bias_correction
 
-__all__ = ["acprop", "scale_by_acprop"]
-
 
 class ScaleByAcprop(PerArrayTransform):
     """ACProp's rescaling (see `scale_by_acprop`)."""

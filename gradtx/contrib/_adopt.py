@@ -14,8 +14,6 @@ from gradtx._core.per_array import Float16Check, PerArrayTransform
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 
-__all__ = ["adopt", "quarter_power", "scale_by_adopt"]
-
 
 def quarter_power(step: Any) -> Any:
     """The default clipping bound of ADOPT: `step ** 0.25` (0 at the first step)."""

@@ -14,8 +14,6 @@ from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import copy_of
 
-__all__ = ["cocob", "scale_by_cocob"]
-
 
 class ScaleByCocob(PerArrayTransform):
     """COCOB-Backprop's betting step (see `scale_by_cocob`)."""

@@ -11,13 +11,11 @@ from jax import lax
 from gradtx._core.call_checks import declared
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._layouts.complex import is_complex, real_dtype
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten, is_unit
 from gradtx._paths.subset import present_paths
-
-__all__ = ["split_real_and_imaginary"]
 
 _PARTS = ("real", "imaginary")
 
@@ -84,11 +82,11 @@ class SplitRealAndImaginary(Transformation):
         """The inner transformation's state, under `inner`."""
         return ("inner",)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The inner state for the params with each complex leaf split in two."""
         return {"inner": self.inner.init_state(_split(params))}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The inner update on the split gradients and params, the pairs made complex again."""
         check_state_keys(self.name, state, self.state_keys())
         split_params = _split(params)
@@ -100,12 +98,12 @@ class SplitRealAndImaginary(Transformation):
             new, inner = self.inner.step(split_updates, state["inner"], split_params, **extra)
         return _merged(new, updates), {"inner": inner}
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The inner transformation's eval weights, complex leaves made whole again."""
         check_state_keys(self.name, state, self.state_keys())
         return _merged(self.inner.eval_params(state["inner"], _split(params)), params)
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """The paths the inner transformation freezes (a complex leaf: both of its parts)."""
         frozen = self.inner.frozen_paths(_split(params))
         paths, leaves, _ = flatten(params)
@@ -118,7 +116,7 @@ class SplitRealAndImaginary(Transformation):
                 out.add(path)
         return frozenset(out)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner steps of each path (of a complex leaf: those of its real part)."""
         inner = self.inner.describe(_split(params), step)
         paths, leaves, _ = flatten(params)

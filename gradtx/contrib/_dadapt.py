@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from gradtx._core.lift import as_stored, compute_dtype, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
 from gradtx._core.per_array import Float16Check, PerArrayTransform, hyperparam_at
+from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._tree.reductions import global_sum
@@ -18,8 +19,6 @@ from gradtx.contrib._reductions import (
     flat_dot,
     scalar_copy,
 )
-
-__all__ = ["MOMENT_SLOTS", "DistanceEstimatingAdamW", "dadapt_adamw", "needs_params_error"]
 
 MOMENT_SLOTS = ("exp_avg", "exp_avg_sq", "grad_sum")
 
@@ -78,7 +77,7 @@ class DistanceEstimatingAdamW(PerArrayTransform):
         """Zero moments and gradient sum in the parameter's dtype."""
         return {name: zeros_for(param) for name in MOMENT_SLOTS}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The per-path slots and the global scalars (float32 and int32)."""
         state = super().init_state(params)
         state["estim_lr"] = scalar_copy(self.estim_lr0)
@@ -90,7 +89,7 @@ class DistanceEstimatingAdamW(PerArrayTransform):
         """The decay of `s` and `r`: the square root of `b2`."""
         return jnp.sqrt(self.b2)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """One step: moments, then the new estimate, then the AdamW step."""
         self.check_state(state)
         if params is None:

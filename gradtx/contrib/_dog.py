@@ -11,15 +11,13 @@ from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import compute_dtype, init_slots, map_updates
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._transforms.distance_over_gradients import dog_step_size, initial_distance
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate, scaled
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx._tree.reductions import global_sum as tree_sum
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of, paired_arrays, scalar_copy
-
-__all__ = ["dog", "dowg", "scale_by_dog", "scale_by_dowg"]
 
 _INIT_STEPS = ("distance", "learning_rate", "heuristic")
 
@@ -37,7 +35,7 @@ def _init_kind(value: Any, name: str) -> str:
     return value
 
 
-def _sq_distance(params: Any, start: dict) -> Any:
+def _sq_distance(params: Params, start: dict) -> Any:
     """`||params - start||^2` over every path of the params, in float32."""
     total = jnp.zeros((), jnp.float32)
     for p, p0 in paired_arrays(params, start):
@@ -59,7 +57,7 @@ class ScaleByDog(PerArrayTransform):
         """The starting point per path; the global flag, distance and gradient sum."""
         return ("init_params", "is_init_step", "max_dist", "sum_sq_norm_grads")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """A copy of the params and the global scalars.
 
         `init` needs the real params (it copies them); `jax.ShapeDtypeStruct` leaves give
@@ -74,7 +72,7 @@ class ScaleByDog(PerArrayTransform):
         state["sum_sq_norm_grads"] = jnp.zeros((), jnp.float32)
         return state
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Multiply every present update by `max_dist / sqrt(sum_sq_norm_grads + eps)`."""
         self.check_state(state)
         if params is None:
@@ -159,7 +157,7 @@ class ScaleByDowg(PerArrayTransform):
         """The starting point per path; the global weighted gradient sum and distance."""
         return ("init_params", "estim_sq_dist", "weighted_sq_norm_grads")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """A copy of the params and the global scalars (`init` needs the real params)."""
         state: dict[str, Any] = init_slots(
             params, lambda p: {"init_params": copy_of(p)}, ("init_params",)
@@ -169,7 +167,7 @@ class ScaleByDowg(PerArrayTransform):
         state["weighted_sq_norm_grads"] = jnp.zeros((), jnp.float32)
         return state
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Multiply every present update by `r^2 / (sqrt(weighted_sq_norm_grads) + eps)`."""
         self.check_state(state)
         if params is None:

@@ -10,19 +10,13 @@ import jax.numpy as jnp
 from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, positive, static
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.packed import reject_packed
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.noise import path_key, raw_key
-from gradtx._transforms.per_example_clipping import (
-    _batch_size,
-    _globally_clipped_sum,
-    _per_example_leaves,
-)
+from gradtx._transforms.per_example_clipping import clipped_sums, per_example_leaves
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
-
-__all__ = ["differentially_private_aggregate", "dpsgd"]
 
 _PER_PATH = "keeps one random stream per path and takes per-example gradients"
 
@@ -41,7 +35,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
         """The statistic `num_clipped` (none without statistics) and each path's `rng_key`."""
         return ("num_clipped", "rng_key") if self.keep_statistics else ("rng_key",)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`num_clipped` 0 and the key `fold_in(key, crc32(path))` for every path."""
         reject_packed(params, self.name, _PER_PATH)
         seed = jnp.asarray(self.key, jnp.uint32)
@@ -51,14 +45,13 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
             return state
         return statistics(num_clipped=jnp.zeros((), jnp.int32), **state)
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The noisy mean over the leading batch axis of the clipped per-example gradients."""
         check_state_keys(self.name, state, self.state_keys())
-        _, leaves, treedef, present = _per_example_leaves(updates, self.name)
-        batch = _batch_size(present, self.name)
+        paths, treedef, present, batch = per_example_leaves(updates, self.name)
         if not present:
             return updates, state
-        summed, num_clipped = _globally_clipped_sum(present, leaves, batch, self.l2_norm_clip)
+        sums, num_clipped = clipped_sums(present, self.l2_norm_clip)
         std = self.l2_norm_clip * self.noise_multiplier
 
         def noisy_mean(g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
@@ -70,7 +63,7 @@ class DifferentiallyPrivateAggregate(Transformation, KeepsStatistics):
 
         new_updates, keys = update_slots(
             noisy_mean,
-            treedef.unflatten(summed),
+            treedef.unflatten([sums.get(p) for p in paths]),
             {"rng_key": state["rng_key"]},
             params,
             owner=self.name,

@@ -14,7 +14,13 @@ from jax import lax
 from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, static
-from gradtx._core.protocol import Transformation, merge_descriptions, own_hyperparams
+from gradtx._core.protocol import (
+    Params,
+    Transformation,
+    Updates,
+    merge_descriptions,
+    own_hyperparams,
+)
 from gradtx._core.update_sharding import whole
 from gradtx._core.widening import promoted
 from gradtx._layouts.complex import is_complex
@@ -27,8 +33,6 @@ from gradtx._paths.subset import present_paths
 from gradtx._transforms.adam import scale_by_adam
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
-
-__all__ = ["GaLoreDimensionNumbers", "galore", "scale_by_galore"]
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -165,7 +169,7 @@ class ScaleByGalore(Transformation):
         left = m >= n
         return left, ((m, r) if left else (n, r)), ((r, n) if left else (m, r))
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero projectors and counts for the projected paths; the inner state (low-rank)."""
         reject_packed(params, self.name, "projects each matrix on its own")
         layouts = self._layouts(params, strict=True)
@@ -191,7 +195,7 @@ class ScaleByGalore(Transformation):
             "base_optimizer": self.base_optimizer.init_state(treedef.unflatten(proxies)),
         }
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """This step (on every present path), then the inner optimizer's."""
         entry = (self.name, own_hyperparams(self, step))
         mine = {path: [entry] for path in present_paths(params)}
@@ -237,7 +241,7 @@ class ScaleByGalore(Transformation):
         full = _from_matrix(full, transpose, tuple(np.shape(g))) * self.scale.astype(dtype)
         return full.astype(promoted(g.dtype, u.dtype, projector.dtype))
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Project, run the inner optimizer on the projections, project its updates back."""
         check_state_keys(self.name, state, self.state_keys())
         layouts = self._layouts(updates if params is None else params, strict=False)

@@ -15,8 +15,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import copy_of
 
-__all__ = ["madgrad", "scale_by_madgrad"]
-
 
 class ScaleByMadgrad(PerArrayTransform):
     """MADGRAD's step (see `scale_by_madgrad`)."""

@@ -9,14 +9,12 @@ import numpy as np
 
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, static
-from gradtx._core.protocol import Transformation, own_hyperparams
+from gradtx._core.protocol import Params, Transformation, Updates, own_hyperparams
 from gradtx._layouts.step_counts import next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of, flat_dot
-
-__all__ = ["mechanize"]
 
 _GLOBAL = ("count", "r", "m", "v", "s")
 
@@ -41,17 +39,17 @@ class Mechanize(Transformation):
         """The base optimizer's state, the start `x0` per path and the global tuner state."""
         return ("base_optimizer", "x0", *_GLOBAL)
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """None: a path the base optimizer freezes still moves with the learned scale."""
         return frozenset()
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The base optimizer's steps, then this one with its own hyperparameters."""
         entry = (self.name, {"num_betas": self.num_betas, **own_hyperparams(self, step)})
         base = self.base_optimizer.describe(params, step)
         return {path: [*base.get(path, []), entry] for path in present_paths(params)}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The base state, a copy of the params, and zero sums with the scales at `s_init`."""
         x0 = init_slots(params, lambda p: {"x0": copy_of(p)}, ("x0",))["x0"]
         n = self.num_betas
@@ -65,7 +63,7 @@ class Mechanize(Transformation):
             "s": jnp.full((n,), self.s_init, jnp.float32),
         }
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The base step, then the new scales, then the move to `x0 - sum(s) * delta`."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:

@@ -9,13 +9,12 @@ import jax.numpy as jnp
 from gradtx._core.lift import as_stored, compute_dtype, update_slots, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform, hyperparam_at
+from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reduce_on_plateau import missing_value_error
 from gradtx.contrib._reductions import bias_correction, flat_dot, scalar_copy
-
-__all__ = ["momo", "momo_adam"]
 
 _GLOBAL = ("barf", "gamma", "lb", "count")
 # Below this squared norm of the momentum the step is zero: float64's machine epsilon.
@@ -72,7 +71,7 @@ class MomoStep(PerArrayTransform):
         """Zero moments."""
         return {name: zeros_for(param) for name in self.slot_keys()}
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero moments per path, and the global scalars."""
         state = super().init_state(params)
         state["barf"] = jnp.zeros((), jnp.float32)
@@ -86,7 +85,7 @@ class MomoStep(PerArrayTransform):
         b, m = beta.astype(dtype), slots["exp_avg"]
         return {"exp_avg": as_stored(b * m.astype(dtype) + (1 - b) * grad, m)}
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Average the loss, the moments and `<g, x>`; take the capped model step."""
         self.check_state(state)
         if params is None:

@@ -36,6 +36,7 @@ from gradtx._core.per_array import (
     traced_once,
     warn_float16_statistics,
 )
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.update_sharding import whole
 from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
@@ -47,8 +48,6 @@ from gradtx._transforms.adam import ScaleByAdam
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import optional_selector
 from gradtx.contrib._dadapt import needs_params_error
-
-__all__ = ["muon", "orthogonalize_via_newton_schulz", "scale_by_muon"]
 
 DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
 NS_COEFFS_PRESETS = {
@@ -354,13 +353,13 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
             tree, self.mask, "mask", dims, "weight_dimension_numbers", self.name, strict
         )
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Slots for the selected matrices only (packed params are refused)."""
         reject_packed(params, self.name, "orthogonalises each matrix on its own")
         where = set(self._leaves(params, strict=True))
         return init_slots(params, self.init_leaf, self.state_keys(), where=where)
 
-    def selected_paths(self, updates: Any, params: Any) -> set[str] | None:
+    def selected_paths(self, updates: Updates, params: Params) -> set[str] | None:
         """The selected matrices among the present paths; others pass through unchanged."""
         tree = updates if params is None else params
         return set(self._leaves(tree, strict=False))
@@ -369,7 +368,7 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
         """Momentum, bias correction, then Newton-Schulz orthogonalisation of a matrix."""
         return self.muon_direction(g, slots)
 
-    def transform_slots(self, updates: Any, slots: dict, params: Any) -> tuple[Any, dict]:
+    def transform_slots(self, updates: Updates, slots: dict, params: Params) -> tuple[Any, dict]:
         """The Muon step of every selected path, along its matrix axes."""
         tree = updates if params is None else params
         for axes, paths in _grouped(self._leaves(tree, strict=False)).items():
@@ -523,7 +522,7 @@ class Muon(_MuonMath, PerArrayTransform):
             decayed = set(matrices) & set(chosen)
         return matrices, decayed, present - set(matrices)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """`mu`/`count` for every path and `nu` for the Adam paths (packed params refused)."""
         reject_packed(params, self.name, "splits the params into matrices and other leaves")
         matrices, _, adam = self._groups(params, strict=True)
@@ -549,7 +548,7 @@ class Muon(_MuonMath, PerArrayTransform):
         lr = hyperparam_at(self.learning_rate, slots["count"]).astype(u.dtype)
         return -lr * u, new
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Muon steps for the matrices, AdamW steps for the rest, each at its learning rate."""
         self.check_state(state)
         if params is None:

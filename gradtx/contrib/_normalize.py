@@ -8,9 +8,8 @@ import jax.numpy as jnp
 
 from gradtx._core.lift import compute_dtype, map_updates
 from gradtx._core.per_array import PerArrayTransform
+from gradtx._core.protocol import Params, Updates
 from gradtx._transforms.clipping import global_norm
-
-__all__ = ["normalize"]
 
 
 class Normalize(PerArrayTransform):
@@ -18,7 +17,7 @@ class Normalize(PerArrayTransform):
 
     name: ClassVar[str] = "normalize"
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """`u = g / ||g||`, the norm over every present leaf; a zero gradient stays zero."""
         self.check_state(state)
         norm = global_norm(updates)

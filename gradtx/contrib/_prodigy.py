@@ -10,8 +10,6 @@ from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx.contrib._dadapt import MOMENT_SLOTS, DistanceEstimatingAdamW
 from gradtx.contrib._reductions import copy_of
 
-__all__ = ["prodigy"]
-
 
 class Prodigy(DistanceEstimatingAdamW):
     """Learning-rate-free AdamW by Prodigy (see `prodigy`)."""

@@ -9,11 +9,9 @@ import numpy as np
 
 from gradtx._core.lift import check_state_keys, map_updates
 from gradtx._core.module import as_int, field, hyperparam, non_negative
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import scaled
-
-__all__ = ["reduce_on_plateau"]
 
 _STATE = ("scale", "best_value", "plateau_count", "cooldown_count", "count", "avg_value")
 
@@ -67,7 +65,7 @@ class ReduceOnPlateau(Transformation):
         """The scale, the best value, the plateau and cooldown counters and the running mean."""
         return _STATE
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Scale 1, best value `inf`, zero counters and an empty running mean."""
         return {
             "scale": jnp.ones((), jnp.float32),
@@ -78,7 +76,7 @@ class ReduceOnPlateau(Transformation):
             "avg_value": jnp.zeros((), jnp.float32),
         }
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Add `value` to the running mean; at the end of each window, judge it; scale."""
         check_state_keys(self.name, state, _STATE)
         value = extra.get("value")

@@ -8,17 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._core.lift import compute_dtype, update_slots, zeros_for
+from gradtx._core.protocol import Params, Updates
 from gradtx._paths.paths import flatten
 from gradtx._tree.reductions import arrays_of
-
-__all__ = [
-    "adam_direction_updates",
-    "bias_correction",
-    "copy_of",
-    "flat_dot",
-    "paired_arrays",
-    "scalar_copy",
-]
 
 
 def copy_of(param: Any) -> jax.Array:
@@ -88,9 +80,9 @@ def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
 
 
 def adam_direction_updates(
-    updates: Any,
+    updates: Updates,
     slots: dict,
-    params: Any,
+    params: Params,
     *,
     owner: str,
     step_size: Any,

@@ -11,7 +11,7 @@ from gradtx._combinators.accumulate import check_count
 from gradtx._core.apply import apply_updates
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import static
-from gradtx._core.protocol import Transformation, merge_descriptions
+from gradtx._core.protocol import Params, Transformation, Updates, merge_descriptions
 from gradtx._core.update_sharding import like
 from gradtx._layouts.complex import from_real, is_complex
 from gradtx._optax.wrapped import as_transformation
@@ -19,8 +19,6 @@ from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
 from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reductions import copy_of
-
-__all__ = ["sam"]
 
 
 def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
@@ -32,7 +30,7 @@ def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
     return jax.tree.map(pick, if_true, if_false, is_leaf=lambda x: x is None)
 
 
-def _outer(cache: dict, params: Any) -> Any:
+def _outer(cache: dict, params: Params) -> Any:
     """The cached outer params, each in its parameter's own form.
 
     A complex parameter is cached as its real view, like all per-path state.
@@ -45,7 +43,7 @@ def _outer(cache: dict, params: Any) -> Any:
     return treedef.unflatten([None if x is None else own_form(p, x) for p, x in zip(paths, leaves)])
 
 
-def _negate(updates: Any) -> Any:
+def _negate(updates: Updates) -> Any:
     return jax.tree.map(lambda u: -u, updates)
 
 
@@ -70,7 +68,7 @@ class Sam(Transformation):
         keys = ("steps_since_sync", "optimizer", "adv_optimizer")
         return keys if self.opaque_mode else (*keys, "cache")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The inner optimizers' states, and a copy of the params (transparent mode)."""
         state = {
             "steps_since_sync": jnp.zeros((), jnp.int32),
@@ -82,11 +80,11 @@ class Sam(Transformation):
             state["cache"] = cache["cache"]
         return state
 
-    def frozen_paths(self, params: Any) -> frozenset[str]:
+    def frozen_paths(self, params: Params) -> frozenset[str]:
         """Paths that neither the outer nor the adversarial optimizer moves."""
         return self.optimizer.frozen_paths(params) & self.adv_optimizer.frozen_paths(params)
 
-    def eval_params(self, state: dict, params: Any) -> Any:
+    def eval_params(self, state: dict, params: Params) -> Any:
         """The outer optimizer's eval weights of the outer params.
 
         Inside a cycle (transparent mode) the params are an adversarial point and the outer
@@ -99,14 +97,14 @@ class Sam(Transformation):
             outer = _select(between, params, _outer(state["cache"], params))
         return self.optimizer.eval_params(state["optimizer"], outer)
 
-    def describe(self, params: Any, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
+    def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The outer optimizer's steps, after a `sam` entry with the cycle length."""
         entry = {
             path: [(self.name, {"sync_period": self.sync_period})] for path in present_paths(params)
         }
         return merge_descriptions(entry, self.optimizer.describe(params, step))
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """An adversarial (ascent) step, or, at the end of each cycle, the outer step."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
@@ -147,7 +145,7 @@ class Sam(Transformation):
             "cache": new_cache["cache"],
         }
 
-    def _opaque(self, updates: Any, state: dict, params: Any, grad_fn: Any) -> tuple:
+    def _opaque(self, updates: Updates, state: dict, params: Params, grad_fn: Any) -> tuple:
         if grad_fn is None:
             raise ValueError(
                 "sam(opaque_mode=True) needs the gradient function: call "

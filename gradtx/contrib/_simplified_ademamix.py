@@ -14,8 +14,6 @@ from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
 
-__all__ = ["scale_by_simplified_ademamix", "simplified_ademamix"]
-
 
 class ScaleBySimplifiedAdemamix(PerArrayTransform):
     """Simplified AdEMAMix's rescaling (see `scale_by_simplified_ademamix`)."""

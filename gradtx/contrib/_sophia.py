@@ -28,7 +28,7 @@ from gradtx._core.module import (
     positive,
     static,
 )
-from gradtx._core.protocol import Transformation
+from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.widening import shaped_like
 from gradtx._layouts.complex import is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
@@ -37,8 +37,6 @@ from gradtx._paths.paths import flatten
 from gradtx._transforms.noise import path_key, raw_key
 from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
 from gradtx._transforms.weight_decay import add_decayed_weights
-
-__all__ = ["hutchinson_estimator_diag_hessian", "scale_by_sophia", "sophia"]
 
 _OBJ_FN = (
     "needs the objective: call `tx.update(grads, state, params, obj_fn=obj_fn)` with "
@@ -61,7 +59,7 @@ class HutchinsonEstimatorDiagHessian(Transformation):
         """Each path's PRNG key `key`."""
         return ("key",)
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """The key `fold_in(random_seed, crc32(path))` for every path."""
         reject_packed(params, self.name, "keeps one random stream per path")
         seed = jnp.asarray(self.random_seed, jnp.uint32)
@@ -69,7 +67,7 @@ class HutchinsonEstimatorDiagHessian(Transformation):
         return {"key": {p: path_key(k, p) for p, k in keys.items()}}
 
     def step(
-        self, updates: Any, state: dict, params: Any = None, obj_fn: Any = None, **extra: Any
+        self, updates: Updates, state: dict, params: Params = None, obj_fn: Any = None, **extra: Any
     ) -> tuple:
         """The estimate `(H r) * r` at the paths present in `updates` (`None` elsewhere)."""
         check_state_keys(self.name, state, self.state_keys())
@@ -212,7 +210,7 @@ class ScaleBySophia(Transformation):
         """The momentum `mu`, the Hessian estimate `nu`, the step `count`, the estimator's state."""
         return ("mu", "nu", "count", "hessian_fn")
 
-    def init_state(self, params: Any) -> dict:
+    def init_state(self, params: Params) -> dict:
         """Zero `mu` (in `mu_dtype`) and `nu`, count 0, and the estimator's state."""
         reject_packed(params, self.name, "estimates each path's Hessian on its own schedule")
 
@@ -226,7 +224,9 @@ class ScaleBySophia(Transformation):
         slots = init_slots(params, leaf_init, ("mu", "nu", "count"), step_counts=("count",))
         return {**slots, "hessian_fn": self.hessian_diagonal_fn.init_state(params)}
 
-    def _estimate(self, updates: Any, state: dict, params: Any, extra: dict) -> tuple[dict, Any]:
+    def _estimate(
+        self, updates: Updates, state: dict, params: Params, extra: dict
+    ) -> tuple[dict, Any]:
         """The estimator's output by path, run only when a present path is due for one."""
         paths, leaves, _ = flatten(updates)
         present = [p for p, g in zip(paths, leaves) if g is not None]
@@ -259,7 +259,7 @@ class ScaleBySophia(Transformation):
             p: to_real(by_path[p]) if is_complex(by_path[p]) else by_path[p] for p in present
         }, inner
 
-    def step(self, updates: Any, state: dict, params: Any = None, **extra: Any) -> tuple:
+    def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """The clipped step from the previous estimate; then, when due, a new estimate."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
