@@ -162,9 +162,8 @@ class Accumulate(Wrapper):
 
     def _initial_skip_state(self, params: Params) -> Any:
         """Zeros shaped like the predicate's auxiliary output for zero updates."""
-        zero_updates = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
-        step = jax.ShapeDtypeStruct((), jnp.int32)
-        skip, aux = jax.eval_shape(self.should_skip_update_fn, zero_updates, step, params)
+        step = jax.ShapeDtypeStruct((), jnp.int32)  # the params stand in for the updates
+        skip, aux = jax.eval_shape(self.should_skip_update_fn, params, step, params)
         self._check_skip(skip)
         return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), aux)
 
@@ -424,24 +423,12 @@ def multi_steps(
     k = every if every_k_schedule is None else every_k_schedule
     if k is None:
         raise TypeError("multi_steps: missing `every_k_schedule` (an int or a schedule).")
-    name = "every" if every_k_schedule is None else "every_k_schedule"
-    schedule = None
-    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-        if k < 1:
-            raise ValueError(f"multi_steps: `{name}` must be an integer >= 1, got {k!r}")
-        k = int(k)
-    elif callable(k):
-        k, schedule = None, k
-    else:
+    if callable(k):
+        return Accumulate(tx, None, accumulator_dtype, k, should_skip_update_fn, use_grad_mean)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        name = "every" if every_k_schedule is None else "every_k_schedule"
         raise ValueError(f"multi_steps: `{name}` must be an integer >= 1 or a schedule, got {k!r}")
-    return Accumulate(
-        tx,
-        k,
-        accumulator_dtype,
-        every_k_schedule=schedule,
-        should_skip_update_fn=should_skip_update_fn,
-        use_grad_mean=use_grad_mean,
-    )
+    return Accumulate(tx, int(k), accumulator_dtype, None, should_skip_update_fn, use_grad_mean)
 
 
 def has_updated(state: State) -> jax.Array:

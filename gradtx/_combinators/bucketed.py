@@ -108,9 +108,9 @@ def _check_seen(owner: str, offsets: BucketOffsets, updates: Updates) -> None:
         )
 
 
-def _merges(state: State) -> bool:
-    """A dict state takes the offsets in as one more entry; any other is kept under `inner`."""
-    return isinstance(state, dict) and not ({OFFSETS, "inner"} & set(state))
+def _with_offsets(inner: State, offsets: BucketOffsets, nested: bool) -> dict:
+    """The state: `inner`'s entries and the offsets, or with `nested` `inner` as one entry."""
+    return {**({"inner": inner} if nested else inner), OFFSETS: offsets}
 
 
 def _inner_state(state: dict) -> tuple[Any, bool]:
@@ -176,9 +176,9 @@ class Bucketed(Wrapper):
             tuple(jnp.asarray(s.offset, jnp.int32) for s in packed.layout.specs),
             sharded,
         )
-        if _merges(state):
-            return {**state, OFFSETS: offsets}
-        return {"inner": state, OFFSETS: offsets}
+        # A dict state takes the offsets in as one more entry; any other is kept under `inner`.
+        nested = not isinstance(state, dict) or bool({OFFSETS, "inner"} & set(state))
+        return _with_offsets(state, offsets, nested)
 
     def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Pack the updates (and params), run the inner step once per buffer, unpack."""
@@ -205,8 +205,7 @@ class Bucketed(Wrapper):
         packed_params = None if params is None else self._pack(params, "params", offsets.sharded)
         inner, nested = _inner_state(state)
         new_packed, new_inner = self.inner.step(packed, inner, packed_params, **extra)
-        new_state = {"inner": new_inner} if nested else {**new_inner}
-        return new_packed.unpack(offsets.values), {**new_state, OFFSETS: offsets}
+        return new_packed.unpack(offsets.values), _with_offsets(new_inner, offsets, nested)
 
     def _pack(self, tree: Any, what: str, apart: tuple) -> Packed:
         """`tree` (the `what`) packed, the sharded paths `apart` each in a buffer of its own."""

@@ -7,6 +7,7 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 
+from gradtx._combinators.wrapper import Labelled
 from gradtx._core.module import static
 from gradtx._core.protocol import Params, State, Transformation, Updates, merge_descriptions
 from gradtx._core.widening import Widening, is_narrow, widening
@@ -77,7 +78,7 @@ def _default_names(transforms: tuple[Transformation, ...]) -> tuple[str, ...]:
     return tuple(names)
 
 
-class Chain(Transformation):
+class Chain(Labelled, Transformation):
     """Transformations applied in sequence; each child's state is keyed by its name.
 
     With `flat=True` (how optimizers such as `adamw` are built) the children's states are
@@ -89,11 +90,6 @@ class Chain(Transformation):
     names: tuple[str, ...] = static(())
     label: str = static("chain")
     flat: bool = static(False)
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        """The chain's own name (used as its key inside an outer chain)."""
-        return self.label
 
     def __check__(self) -> None:
         if len(set(self.names)) != len(self.names):

@@ -30,40 +30,38 @@ def zeros_unless(flag: Any, tree: Any) -> Any:
     return jax.tree.map(lambda x: jnp.where(flag, x, jnp.zeros_like(x)), tree)
 
 
-def run_or_skip(
-    active: Any,
-    inner: Transformation,
-    updates: Updates,
-    state: State,
-    params: Params,
-    extra: dict,
-    *,
-    zero_skipped: bool,
-    traced: tuple[Any, Any, Callable] | None = None,
-) -> tuple[Any, Any]:
-    """`inner.update` where `active`, else the updates (zeroed if `zero_skipped`) and `state`.
+def traced_step(
+    inner: Transformation, updates: Updates, state: State, params: Params, extra: dict
+) -> tuple[Any, tuple[Any, Any, Callable]]:
+    """`state` split where `updates` lack paths, and `inner`'s step on it traced once.
 
-    One `lax.cond`, so the inner step runs only where it is chosen and writes its state in
-    place. `state` is split where `updates` lack paths (both branches return the layout a
-    partial update gives the step counts), and a skipped step's updates take the dtypes the
-    inner step's would have (its state may widen them). The inner step is traced once; a
-    caller that has traced it already (on the split state) passes what `trace_once`
-    returned as `traced`.
+    Both branches of a `lax.cond` return the layout a partial update gives the step counts,
+    hence the split. What `trace_once` returns comes second (the jaxpr, the output shapes and
+    the step replayed), so a combinator that looks at the step, checks it and runs it in a
+    branch pays for one trace.
     """
     state = split_where_absent(state, updates)
 
-    if traced is None:
+    def run(inner_state: State) -> tuple[Any, Any]:
+        return inner.step(updates, inner_state, params, **extra)
 
-        def run(inner_state: State) -> tuple[Any, Any]:
-            return inner.step(updates, inner_state, params, **extra)
+    return state, trace_once(run, state)
 
-        traced = trace_once(run, state)
+
+def run_or_skip(
+    active: Any, traced: tuple[Any, Any, Callable], updates: Updates, state: State, zero: bool
+) -> tuple[Any, Any]:
+    """The step `traced` (from `traced_step`, with its split `state`) where `active`, else skip.
+
+    A skipped step gives the updates (zeros if `zero`) and `state`. One `lax.cond`, so the
+    inner step runs only where it is chosen and writes its state in place; a skipped step's
+    updates take the dtypes the inner step's would have (its state may widen them).
+    """
     _, shapes, replayed = traced
-    ran = shapes[0]
 
     def skip(inner_state: State) -> tuple[Any, Any]:
-        kept = jax.tree.map(jnp.zeros_like, updates) if zero_skipped else updates
-        return shaped_like(kept, ran), inner_state
+        kept = jax.tree.map(jnp.zeros_like, updates) if zero else updates
+        return shaped_like(kept, shapes[0]), inner_state
 
     return lax.cond(active, replayed, skip, state)
 
@@ -124,16 +122,9 @@ class ConditionallyTransform(Wrapper):
         """The inner update if `should_transform_fn(step)`, else the skipped-step updates."""
         check_state_keys(self.name, state, self.state_keys())
         active = self._condition(state["step"], extra)
-        new_updates, inner_state = run_or_skip(
-            active,
-            self.inner,
-            updates,
-            state["inner"],
-            params,
-            extra,
-            zero_skipped=self.zero_skipped,
-        )
-        return new_updates, {"step": next_count(state["step"]), "inner": inner_state}
+        inner, traced = traced_step(self.inner, updates, state["inner"], params, extra)
+        new_updates, inner = run_or_skip(active, traced, updates, inner, self.zero_skipped)
+        return new_updates, {"step": next_count(state["step"]), "inner": inner}
 
 
 class ConditionallyMask(ConditionallyTransform):

@@ -10,16 +10,16 @@ import jax.numpy as jnp
 from jax import lax
 
 from gradtx._combinators.accumulate import check_count, check_flag
-from gradtx._combinators.conditional import choose, run_or_skip, zeros_unless
+from gradtx._combinators.conditional import choose, run_or_skip, traced_step, zeros_unless
 from gradtx._combinators.wrapper import Wrapper
-from gradtx._core.elementwise_steps import is_elementwise, trace_once
+from gradtx._core.elementwise_steps import is_elementwise
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import static
-from gradtx._core.protocol import Params, State, Updates
+from gradtx._core.protocol import Params, Updates
 from gradtx._core.statistics import statistics
 from gradtx._core.widening import promoted
 from gradtx._layouts.packed import LARGE_LEAF
-from gradtx._layouts.step_counts import next_count, split_where_absent
+from gradtx._layouts.step_counts import next_count
 from gradtx._paths.subset import present_paths
 
 
@@ -115,14 +115,9 @@ class ApplyIfFinite(Wrapper):
     def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Run the inner step; keep its result only if it is finite (or too many were not)."""
         check_state_keys(self.name, state, self.state_keys())
-        old_inner = split_where_absent(state["inner"], updates)
-
-        def run(inner_state: State) -> tuple[Any, Any]:
-            return self.inner.step(updates, inner_state, params, **extra)
-
         # Traced once and replayed wherever it runs: traced four times, the inner step took
         # most of the time spent building the wrapper's step on many leaves.
-        traced = trace_once(run, old_inner)
+        old_inner, traced = traced_step(self.inner, updates, state["inner"], params, extra)
         jaxpr, _, replayed = traced
         if not self.check_updates or is_elementwise(jaxpr):
             # The verdict comes before the inner step, which a `cond` runs or skips: its new
@@ -136,16 +131,7 @@ class ApplyIfFinite(Wrapper):
             else:
                 finite = all_finite(updates)
             count, accept = self._verdict(finite, state)
-            new_updates, inner = run_or_skip(
-                accept,
-                self.inner,
-                updates,
-                state["inner"],
-                params,
-                extra,
-                zero_skipped=True,
-                traced=traced,
-            )
+            new_updates, inner = run_or_skip(accept, traced, updates, old_inner, zero=True)
             if self.check_updates:
                 new_updates = jax.tree.map(
                     lambda c, r: _taken_from_check(accept, c, r), checked, new_updates

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from gradtx._combinators.masked import eval_group, selection, step_group
+from gradtx._combinators.wrapper import Labelled
 from gradtx._core.module import static
 from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._optax.wrapped import as_transformation
@@ -20,7 +21,7 @@ def _zeros(leaf: Any) -> Any:
     return leaf.map(jnp.zeros_like) if is_unit(leaf) else jnp.zeros_like(leaf)
 
 
-class Freeze(Transformation):
+class Freeze(Labelled, Transformation):
     """`inner` on the trainable paths, exact zeros on the frozen ones (see `freeze`)."""
 
     inner: Any = None
@@ -28,19 +29,13 @@ class Freeze(Transformation):
     invert: bool = static(False)  # True for `trainable`: `where` selects what trains
     label: str = static("freeze")
 
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        """The key of this step's state inside a chain."""
-        return self.label
-
-    def _argument(self) -> str:
-        return f"{self.label}(where={self.where!r})"
-
     def _split(
         self, params: Params, updates: Updates = None, strict: bool = False
     ) -> tuple[frozenset[str], frozenset[str]]:
         """`(frozen, trainable)` paths of `params` when given (the full tree), else `updates`."""
-        chosen = selection(params, updates, self.where, self._argument(), strict)
+        chosen = selection(
+            params, updates, self.where, f"{self.label}(where={self.where!r})", strict
+        )
         present = frozenset(present_paths(updates if params is None else params))
         frozen = present - chosen if self.invert else chosen
         return frozen, present - frozen

@@ -16,6 +16,7 @@ import numpy as np
 from jax.core import Tracer
 
 from gradtx._combinators.without_statistics import without_statistics
+from gradtx._combinators.wrapper import Labelled
 from gradtx._core.module import Module, as_float, field, static
 from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.static_value import StaticValue
@@ -61,11 +62,8 @@ class HyperparamCheck:
         def build(rest: dict[str, Any]) -> None:
             self.factory(**rest, **{name: value}, **static_kwargs)
 
-        abstract = {
-            n: jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for n, v in others.items()
-        }
-        try:
-            jax.eval_shape(build, abstract)
+        try:  # on the shapes and dtypes of `others`, not their values
+            jax.eval_shape(build, others)
         except jax.errors.JAXTypeError:  # the factory reads another value: give it
             build(others)
 
@@ -138,7 +136,7 @@ def _is_hyperparameter(name: str, value: Any, default: Any) -> bool:
     return False
 
 
-class InjectHyperparams(Transformation, KeepsStatistics):
+class InjectHyperparams(Labelled, Transformation, KeepsStatistics):
     """A transformation rebuilt every step from hyperparameters kept in its state.
 
     Without statistics (`keep_statistics=False`), the inner transformation is built without
@@ -151,11 +149,6 @@ class InjectHyperparams(Transformation, KeepsStatistics):
     dtype: Any = static(None)
     label: str = static("inject_hyperparams")
     keep_statistics: bool = static(True)
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        """The factory's name (`adam`, ...): the key of this step's state inside a chain."""
-        return self.label
 
     def _owner(self) -> str:
         return f"inject_hyperparams({self.label})"
@@ -386,14 +379,13 @@ def inject_hyperparams(
             bound.apply_defaults()  # defaults are hyperparameters too: readable and settable
             given = dict(bound.arguments)
             defaults = {n: p.default for n, p in signature.parameters.items()}
-            for name, param in signature.parameters.items():
-                if param.kind is param.VAR_KEYWORD and name in given:
+            for name, param in signature.parameters.items():  # each one in `given` now
+                if param.kind is param.VAR_KEYWORD:
                     given.update(given.pop(name))
-                if param.kind is param.VAR_POSITIONAL and name in given:
-                    if given.pop(name):
-                        raise TypeError(
-                            f"inject_hyperparams({label}): pass the arguments by name, not *{name}."
-                        )
+                elif param.kind is param.VAR_POSITIONAL and given.pop(name):
+                    raise TypeError(
+                        f"inject_hyperparams({label}): pass the arguments by name, not *{name}."
+                    )
         else:
             if args:
                 raise TypeError(f"inject_hyperparams({label}): pass the arguments by name.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradtx._combinators.wrapper import Labelled
 from gradtx._core.module import static
 from gradtx._core.protocol import Params, State, Transformation, Updates
 from gradtx._optax.wrapped import as_transformation
@@ -73,7 +74,7 @@ def eval_group(tx: Any, state: State, params: Params, chosen: frozenset[str], ow
     return [(group, tx.eval_params(state, group))] if any_present(group) else []
 
 
-class Masked(Transformation):
+class Masked(Labelled, Transformation):
     """`inner` on the selected paths, identity elsewhere (see `masked`)."""
 
     inner: Any = None
@@ -81,18 +82,15 @@ class Masked(Transformation):
     label: str = static("masked")
     mask_compatible_extra_args: bool = static(False)
 
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        """The key of this step's state inside a chain."""
-        return self.label
-
-    def _argument(self) -> str:
-        return f"{self.label}(mask={self.mask!r})"
+    def _chosen(self, params: Params, updates: Updates = None, strict: bool = False) -> frozenset:
+        """The selected paths (see `selection`)."""
+        return selection(params, updates, self.mask, f"{self.label}(mask={self.mask!r})", strict)
 
     def init_state(self, params: Params) -> Any:
         """The inner state for the selected paths only; a mask selecting nothing raises."""
-        chosen = selection(params, None, self.mask, self._argument(), strict=True)
-        return self.inner.init_state(restrict(params, chosen, self.label))
+        return self.inner.init_state(
+            restrict(params, self._chosen(params, strict=True), self.label)
+        )
 
     def step(self, updates: Updates, state: State, params: Params = None, **extra: Any) -> tuple:
         """The inner update on the selected present paths; others pass through.
@@ -101,7 +99,7 @@ class Masked(Transformation):
         `mask_compatible_extra_args`, an extra argument with the paths of `updates` is
         restricted to the selected paths too.
         """
-        chosen = selection(params, updates, self.mask, self._argument())
+        chosen = self._chosen(params, updates)
         mask_extra = self.mask_compatible_extra_args
         parts, state = step_group(
             self.inner, chosen, updates, state, params, extra, self.label, mask_extra
@@ -110,19 +108,16 @@ class Masked(Transformation):
 
     def frozen_paths(self, params: Params) -> frozenset[str]:
         """The inner's frozen paths among the selected ones."""
-        chosen = selection(params, None, self.mask, self._argument())
-        return self.inner.frozen_paths(restrict(params, chosen, self.label))
+        return self.inner.frozen_paths(restrict(params, self._chosen(params), self.label))
 
     def eval_params(self, state: State, params: Params) -> Any:
         """The inner's eval weights on the selected paths; the other paths' params."""
-        chosen = selection(params, None, self.mask, self._argument())
-        parts = eval_group(self.inner, state, params, chosen, self.label)
+        parts = eval_group(self.inner, state, params, self._chosen(params), self.label)
         return merge_by_path(params, parts) if parts else params
 
     def describe(self, params: Params, step: Any = 0) -> dict[str, list[tuple[str, dict]]]:
         """The inner's description of the selected paths (after `[name]` if one was given)."""
-        chosen = selection(params, None, self.mask, self._argument())
-        inner = self.inner.describe(restrict(params, chosen, self.label), step)
+        inner = self.inner.describe(restrict(params, self._chosen(params), self.label), step)
         if self.label == "masked":
             return inner
         return {path: [(f"[{self.label}]", {}), *steps] for path, steps in inner.items()}

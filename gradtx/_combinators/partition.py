@@ -6,6 +6,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from gradtx._combinators.masked import eval_group, step_group
+from gradtx._combinators.wrapper import Labelled
 from gradtx._core.module import static
 from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.static_value import StaticValue
@@ -14,18 +15,13 @@ from gradtx._paths.selectors import LabelError, resolve_labels
 from gradtx._paths.subset import merge_by_path, restrict
 
 
-class Partition(Transformation):
+class Partition(Labelled, Transformation):
     """One inner transformation per label (see `partition`)."""
 
     transforms: dict = None  # type: ignore[assignment]
     labels: Any = static(None)
     label: str = static("partition")
     mask_compatible_extra_args: bool = static(False)
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        """The key of this step's state inside a chain."""
-        return self.label
 
     def _groups(
         self, params: Params, updates: Updates, strict: bool

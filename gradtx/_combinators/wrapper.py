@@ -1,4 +1,4 @@
-"""`Wrapper`: the base of the combinators around one transformation kept as `inner`."""
+"""Bases of the combinators: `Wrapper` (around one transformation) and `Labelled`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ class Wrapper(Transformation):
     """A transformation around `inner` (optax ones are wrapped), whose state it keeps there.
 
     It freezes what `inner` freezes and evaluates what `inner` evaluates, from
-    `state["inner"]`; a subclass that changes the weights overrides `eval_params`.
+    `state["inner"]`; a subclass that changes the weights, or keeps the inner state under
+    another key, overrides `eval_params`.
     """
 
     inner: Any = field(converter=as_transformation)
@@ -31,3 +32,14 @@ class Wrapper(Transformation):
         """The inner transformation's eval weights, from its state."""
         check_state_keys(self.name, state, self.state_keys())
         return self.inner.eval_params(state["inner"], params)
+
+
+class Labelled:
+    """A mixin for transformations named by their `label` field, as the caller chose."""
+
+    label: str
+
+    @property
+    def name(self) -> str:
+        """The key of this step's state inside a chain."""
+        return self.label
