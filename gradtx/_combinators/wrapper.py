@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradtx._core.lift import check_state_keys
 from gradtx._core.module import field
@@ -19,10 +19,9 @@ class Wrapper(Transformation):
     """
 
     inner: Any = field(converter=as_transformation)
+    if TYPE_CHECKING:  # each subclass names its state's keys (`inner` among them)
 
-    def state_keys(self) -> tuple[str, ...]:
-        """The keys of the state, `inner` among them: each subclass names its own."""
-        raise NotImplementedError
+        def state_keys(self) -> tuple[str, ...]: ...
 
     def frozen_paths(self, params: Params) -> frozenset[str]:
         """The inner transformation's frozen paths."""
