@@ -6,18 +6,18 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import as_stored, compute_dtype, zeros_for
+from gradtx._core.lift import as_stored
 from gradtx._core.module import decay_rate, hyperparam, non_negative
-from gradtx._core.per_array import Float16Check, PerArrayTransform
-from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._core.per_array import Float16Check
+from gradtx._optimizers.descent import descent
+from gradtx._transforms.adam import AdamMoments
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
 from gradtx.contrib._reductions import bias_correction
 
 
-class ScaleByAcprop(PerArrayTransform):
-    """ACProp's rescaling (see `scale_by_acprop`)."""
+class ScaleByAcprop(AdamMoments):
+    """ACProp's rescaling (see `scale_by_acprop`): Adam's slots, both in the param's dtype."""
 
     name: ClassVar[str] = "scale_by_acprop"
     b1: Any = hyperparam(0.9, check=decay_rate)
@@ -26,24 +26,14 @@ class ScaleByAcprop(PerArrayTransform):
     eps_root: Any = hyperparam(1e-16, check=non_negative)
 
     float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the centred second moment", None)
-
-    def state_keys(self) -> tuple[str, ...]:
-        """The first moment `mu`, the centred second moment `nu` and the path's `count`."""
-        return ("mu", "nu", "count")
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """Zero moments and count 0."""
-        return {"mu": zeros_for(param), "nu": zeros_for(param), "count": jnp.zeros((), jnp.int32)}
+    mu_dtype: ClassVar[Any] = None
+    nu_dtype: ClassVar[Any] = None
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """Divide by the previous second moment; then advance both moments."""
-        dtype = compute_dtype(g, slots["mu"], slots["nu"])
-        grad = g.astype(dtype)
-        b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
-        new = next_count(slots["count"])
+        dtype, grad, _, b2, mu, new, _ = self.moments(g, slots)
         count = new - 1  # the old count, read from the new one (see `next_count`)
         old_nu = slots["nu"].astype(dtype)
-        mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * grad, slots["mu"])
         residual = grad - mu
         nu = b2 * old_nu + (1 - b2) * residual * residual + self.eps_root.astype(dtype)
         nu = as_stored(nu, slots["nu"])
@@ -141,9 +131,5 @@ def acprop(
         Zhuang et al., "Momentum Centering and Asynchronous Update for Adaptive Gradient
         Methods", NeurIPS 2021.
     """
-    return optimizer(
-        "acprop",
-        scale_by_acprop(b1, b2, eps, eps_root),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    moments = scale_by_acprop(b1, b2, eps, eps_root)
+    return descent("acprop", learning_rate, moments, add_decayed_weights(weight_decay, mask))

@@ -6,12 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
+from gradtx._core.lift import compute_dtype, dtype_or_none, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
 from gradtx._core.per_array import Float16Check, PerArrayTransform, hyperparam_at
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._optimizers.descent import descent
+from gradtx._transforms.adam import moving_average
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 
@@ -51,9 +52,9 @@ class ScaleByAdemamix(PerArrayTransform):
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         b3 = hyperparam_at(self.b3, count).astype(dtype)
         alpha = hyperparam_at(self.alpha, count).astype(dtype)
-        m1 = as_stored(b1 * slots["m1"].astype(dtype) + (1 - b1) * grad, slots["m1"])
-        m2 = as_stored(b3 * slots["m2"].astype(dtype) + (1 - b3) * grad, slots["m2"])
-        nu = as_stored(b2 * slots["nu"].astype(dtype) + (1 - b2) * (grad * grad), slots["nu"])
+        m1 = moving_average(b1, slots["m1"], grad, dtype)
+        m2 = moving_average(b3, slots["m2"], grad, dtype)
+        nu = moving_average(b2, slots["nu"], grad * grad, dtype)
         t = new.astype(dtype)
         m1_hat, nu_hat = m1 / (1 - b1**t), nu / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
@@ -155,9 +156,5 @@ def ademamix(
     References:
         Pagliardini et al., "The AdEMAMix Optimizer: Better, Faster, Older", 2024.
     """
-    return optimizer(
-        "ademamix",
-        scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    moments = scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype)
+    return descent("ademamix", learning_rate, moments, add_decayed_weights(weight_decay, mask))

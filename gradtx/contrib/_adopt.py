@@ -7,12 +7,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none, zeros_for
+from gradtx._core.lift import as_stored, compute_dtype, dtype_or_none
 from gradtx._core.module import decay_rate, hyperparam, non_negative, static
-from gradtx._core.per_array import Float16Check, PerArrayTransform
+from gradtx._core.per_array import Float16Check
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._optimizers.descent import descent
+from gradtx._transforms.adam import AdamMoments
+from gradtx._transforms.scale import ScalarOrSchedule
 
 
 def quarter_power(step: Any) -> Any:
@@ -26,8 +27,8 @@ def _static_fn(value: Any, name: str) -> Any:
     return value
 
 
-class ScaleByAdopt(PerArrayTransform):
-    """ADOPT's normalise-then-average rescaling (see `scale_by_adopt`)."""
+class ScaleByAdopt(AdamMoments):
+    """ADOPT's normalise-then-average rescaling (see `scale_by_adopt`), on Adam's slots."""
 
     name: ClassVar[str] = "scale_by_adopt"
     b1: Any = hyperparam(0.9, check=decay_rate)
@@ -39,18 +40,7 @@ class ScaleByAdopt(PerArrayTransform):
     clip_value_fn: Callable[[Any], Any] = static(quarter_power, converter=_static_fn)
 
     float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "the second moment", None)
-
-    def state_keys(self) -> tuple[str, ...]:
-        """First moment `mu`, second moment `nu`, and the path's step `count`."""
-        return ("mu", "nu", "count")
-
-    def init_leaf(self, param: Any) -> dict[str, Any]:
-        """Zero moments (`mu` in `mu_dtype`, `nu` in the param's dtype) and count 0."""
-        return {
-            "mu": zeros_for(param, self.mu_dtype),
-            "nu": zeros_for(param),
-            "count": jnp.zeros((), jnp.int32),
-        }
+    nu_dtype: ClassVar[Any] = None  # `nu` in the param's dtype
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """One ADOPT step for one array; the first step only initialises `nu`."""
@@ -162,16 +152,13 @@ def adopt(
         Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any beta2 with the Optimal
         Rate", NeurIPS 2024.
     """
-    return optimizer(
-        "adopt",
-        scale_by_adopt(
-            b1,
-            b2,
-            eps,
-            mu_dtype,
-            nesterov=nesterov,
-            use_clipping=use_clipping,
-            clip_value_fn=clip_value_fn,
-        ),
-        scale_by_learning_rate(learning_rate),
+    moments = scale_by_adopt(
+        b1,
+        b2,
+        eps,
+        mu_dtype,
+        nesterov=nesterov,
+        use_clipping=use_clipping,
+        clip_value_fn=clip_value_fn,
     )
+    return descent("adopt", learning_rate, moments)

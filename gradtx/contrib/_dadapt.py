@@ -13,19 +13,9 @@ from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._tree.reductions import global_sum
-from gradtx.contrib._reductions import (
-    adam_direction_updates,
-    bias_correction,
-    flat_dot,
-    scalar_copy,
-)
+from gradtx.contrib._reductions import bias_correction, flat_dot, scalar_copy
 
 MOMENT_SLOTS = ("exp_avg", "exp_avg_sq", "grad_sum")
-
-
-def needs_params_error(owner: str) -> ValueError:
-    """The error for a transformation called without the params it needs."""
-    return ValueError(f"{owner} needs the params: call `tx.update(updates, state, params)`.")
 
 
 def _l1(array: Any) -> Any:
@@ -91,9 +81,7 @@ class DistanceEstimatingAdamW(PerArrayTransform):
 
     def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """One step: moments, then the new estimate, then the AdamW step."""
-        self.check_state(state)
-        if params is None:
-            raise needs_params_error(self.name)
+        self.check_state(state)  # `update_slots` below raises without the params
         count = next_count(state["count"])
         t = count.astype(jnp.float32)
         d = state["estim_lr"]
@@ -116,14 +104,20 @@ class DistanceEstimatingAdamW(PerArrayTransform):
         # No gradient at all yet (l1 = 0): keep the previous estimate instead of 0/0.
         new_d = jnp.where(l1 > 0, jnp.maximum(d, estimate), d)
         step_size, eps = self.adam_step(dlr, new_d)
-        new_updates = adam_direction_updates(
-            updates,
-            slots,
-            params,
-            owner=self.name,
-            step_size=step_size,
-            eps=eps,
-            decay=self.weight_decay * dlr,
+        decay = self.weight_decay * dlr
+
+        def adamw(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
+            # `-decay * p - step_size * m / (sqrt(v) + eps)`, from the moments as stored
+            dtype = compute_dtype(g, param, *leaf.values())
+            m, v = leaf["exp_avg"].astype(dtype), leaf["exp_avg_sq"].astype(dtype)
+            u = -decay.astype(dtype) * param.astype(dtype) - step_size.astype(dtype) * m / (
+                jnp.sqrt(v) + eps.astype(dtype)
+            )
+            return u.astype(g.dtype), {}
+
+        moment_slots = {k: slots[k] for k in ("exp_avg", "exp_avg_sq")}
+        new_updates, _ = update_slots(
+            adamw, updates, moment_slots, params, owner=self.name, needs_params=True
         )
         return new_updates, {
             **slots,

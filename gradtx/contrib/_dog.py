@@ -7,23 +7,18 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 from jax import lax
 
-from gradtx._combinators.chain import optimizer
-from gradtx._core.lift import compute_dtype, init_slots, map_updates
+from gradtx._core.lift import compute_dtype, map_updates
 from gradtx._core.module import hyperparam, non_negative, static
 from gradtx._core.per_array import PerArrayTransform
 from gradtx._core.protocol import Params, Transformation, Updates
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.distance_over_gradients import dog_step_size, initial_distance
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate, scaled
+from gradtx._transforms.scale import ScalarOrSchedule, scaled
 from gradtx._transforms.weight_decay import add_decayed_weights
-from gradtx._tree.reductions import global_sum as tree_sum
-from gradtx.contrib._dadapt import needs_params_error
-from gradtx.contrib._reductions import copy_of, paired_arrays, scalar_copy
+from gradtx._tree.reductions import global_sum, sum_of_squares
+from gradtx.contrib._reductions import copies_of, needs_params_error, paired_arrays, scalar_copy
 
 _INIT_STEPS = ("distance", "learning_rate", "heuristic")
-
-
-def _square(array: Any) -> Any:
-    return jnp.sum(array * array)
 
 
 def _init_kind(value: Any, name: str) -> str:
@@ -40,7 +35,7 @@ def _sq_distance(params: Params, start: dict) -> Any:
     total = jnp.zeros((), jnp.float32)
     for p, p0 in paired_arrays(params, start):
         dtype = compute_dtype(p, p0)
-        total = total + _square(p.astype(dtype) - p0.astype(dtype)).astype(jnp.float32)
+        total = total + sum_of_squares(p.astype(dtype) - p0.astype(dtype)).astype(jnp.float32)
     return total
 
 
@@ -63,14 +58,13 @@ class ScaleByDog(PerArrayTransform):
         `init` needs the real params (it copies them); `jax.ShapeDtypeStruct` leaves give
         zeros, to restore a checkpoint into.
         """
-        state: dict[str, Any] = init_slots(
-            params, lambda p: {"init_params": copy_of(p)}, ("init_params",)
-        )
         start = self.init_step_value if self.init_step_kind == "distance" else 0.0
-        state["is_init_step"] = jnp.asarray(True)
-        state["max_dist"] = scalar_copy(start)
-        state["sum_sq_norm_grads"] = jnp.zeros((), jnp.float32)
-        return state
+        return {
+            "init_params": copies_of(params),
+            "is_init_step": jnp.asarray(True),
+            "max_dist": scalar_copy(start),
+            "sum_sq_norm_grads": jnp.zeros((), jnp.float32),
+        }
 
     def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Multiply every present update by `max_dist / sqrt(sum_sq_norm_grads + eps)`."""
@@ -84,12 +78,12 @@ class ScaleByDog(PerArrayTransform):
             # `cond` reads every param for it on that step alone: with `where`, every step did,
             # which slowed every step on large leaves (benchmarks/kernels.py).
             def start() -> Any:
-                norm = jnp.sqrt(tree_sum(params, _square))
+                norm = jnp.sqrt(global_sum(params))
                 return initial_distance(self.init_step_value, norm).astype(max_dist.dtype)
 
             max_dist = lax.cond(first, start, lambda: max_dist)
         max_dist = jnp.maximum(max_dist, jnp.sqrt(_sq_distance(params, state["init_params"])))
-        total = state["sum_sq_norm_grads"] + tree_sum(updates, _square)
+        total = state["sum_sq_norm_grads"] + global_sum(updates)
         step = dog_step_size(max_dist, total, self.eps)
         if self.init_step_kind == "learning_rate":
             step = jnp.where(first, self.init_step_value, step)
@@ -159,13 +153,12 @@ class ScaleByDowg(PerArrayTransform):
 
     def init_state(self, params: Params) -> dict:
         """A copy of the params and the global scalars (`init` needs the real params)."""
-        state: dict[str, Any] = init_slots(
-            params, lambda p: {"init_params": copy_of(p)}, ("init_params",)
-        )
         start = self.eps if self.init_estim_sq_dist is None else self.init_estim_sq_dist
-        state["estim_sq_dist"] = scalar_copy(start)
-        state["weighted_sq_norm_grads"] = jnp.zeros((), jnp.float32)
-        return state
+        return {
+            "init_params": copies_of(params),
+            "estim_sq_dist": scalar_copy(start),
+            "weighted_sq_norm_grads": jnp.zeros((), jnp.float32),
+        }
 
     def step(self, updates: Updates, state: dict, params: Params = None, **extra: Any) -> tuple:
         """Multiply every present update by `r^2 / (sqrt(weighted_sq_norm_grads) + eps)`."""
@@ -173,7 +166,7 @@ class ScaleByDowg(PerArrayTransform):
         if params is None:
             raise needs_params_error(self.name)
         r2 = jnp.maximum(state["estim_sq_dist"], _sq_distance(params, state["init_params"]))
-        weighted = state["weighted_sq_norm_grads"] + r2 * tree_sum(updates, _square)
+        weighted = state["weighted_sq_norm_grads"] + r2 * global_sum(updates)
         step = r2 / (jnp.sqrt(weighted) + self.eps)
         new_updates = map_updates(lambda g, _: scaled(g, step), updates, owner=self.name)
         return new_updates, {**state, "estim_sq_dist": r2, "weighted_sq_norm_grads": weighted}
@@ -252,12 +245,8 @@ def dog(
         Ivgi et al., "DoG is SGD's Best Friend: A Parameter-Free Dynamic Step Size
         Schedule", ICML 2023.
     """
-    return optimizer(
-        "dog",
-        *_with_decay(weight_decay, mask),
-        scale_by_dog(init_step, eps),
-        scale_by_learning_rate(learning_rate),
-    )
+    dog_step = scale_by_dog(init_step, eps)
+    return descent("dog", learning_rate, *_with_decay(weight_decay, mask), dog_step)
 
 
 def dowg(
@@ -292,9 +281,5 @@ def dowg(
         Khaled et al., "DoWG Unleashed: An Efficient Universal Parameter-Free Gradient
         Descent Method", NeurIPS 2023.
     """
-    return optimizer(
-        "dowg",
-        *_with_decay(weight_decay, mask),
-        scale_by_dowg(init_estim_sq_dist, eps),
-        scale_by_learning_rate(learning_rate),
-    )
+    dowg_step = scale_by_dowg(init_estim_sq_dist, eps)
+    return descent("dowg", learning_rate, *_with_decay(weight_decay, mask), dowg_step)

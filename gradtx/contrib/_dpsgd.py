@@ -7,16 +7,16 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, positive, static
 from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.statistics import KeepsStatistics, statistics
 from gradtx._layouts.packed import reject_packed
+from gradtx._optimizers.descent import descent
 from gradtx._transforms.momentum import trace
 from gradtx._transforms.noise import path_key, raw_key
 from gradtx._transforms.per_example_clipping import clipped_sums, per_example_leaves
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 
 _PER_PATH = "keeps one random stream per path and takes per-example gradients"
 
@@ -181,5 +181,4 @@ def dpsgd(
     steps: list[Any] = [differentially_private_aggregate(l2_norm_clip, noise_multiplier, seed)]
     if momentum is not None:
         steps.append(trace(momentum, nesterov))
-    steps.append(scale_by_learning_rate(learning_rate))
-    return optimizer("dpsgd", *steps)
+    return descent("dpsgd", learning_rate, *steps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -11,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, zeros_for
 from gradtx._core.module import as_int, field, hyperparam, static
 from gradtx._core.protocol import (
@@ -27,14 +27,17 @@ from gradtx._layouts.complex import is_complex
 from gradtx._layouts.packed import reject_packed
 from gradtx._layouts.step_counts import StepCounts
 from gradtx._optax.wrapped import as_transformation
+from gradtx._optimizers.descent import descent
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import present_paths
 from gradtx._transforms.adam import scale_by_adam
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
+from gradtx.contrib._reductions import positive_int
 
-_HIGHEST = lax.Precision.HIGHEST
+# Products of a projection at full precision (the default may use bfloat16 or TF32 passes).
+_matmul = partial(jnp.matmul, precision=lax.Precision.HIGHEST)
 
 
 class GaLoreDimensionNumbers(NamedTuple):
@@ -110,18 +113,11 @@ def _dimension_numbers(value: Any, name: str = "weight_dimension_numbers") -> An
     return out
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        short = name.rsplit(".", 1)[-1]
-        raise ValueError(f"scale_by_galore: `{short}` must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 class ScaleByGalore(Transformation):
     """An inner optimizer on low-rank projections of matrix gradients (see `scale_by_galore`)."""
 
     name: ClassVar[str] = "scale_by_galore"
-    rank: int = static(128, converter=_positive_int)
+    rank: int = static(128, converter=positive_int("scale_by_galore"))
     update_proj_gap: Any = field(default=200, converter=as_int)
     scale: Any = hyperparam(1.0)
     base_optimizer: Any = field(default_factory=scale_by_adam, converter=as_transformation)
@@ -182,15 +178,10 @@ class ScaleByGalore(Transformation):
             _, p_shape, low_shape = self._low_rank(layouts[path][1])
             projector[path] = zeros_for(jax.ShapeDtypeStruct(p_shape, x.dtype))
             proxies.append(jax.ShapeDtypeStruct(low_shape, x.dtype))
-        counts = init_slots(
-            params,
-            lambda p: {"count": jnp.zeros((), jnp.int32)},
-            ("count",),
-            where=set(layouts),
-            step_counts=("count",),
-        )["count"]
+        zero = {"count": jnp.zeros((), jnp.int32)}
+        counts = init_slots(params, lambda p: zero, ("count",), set(layouts), ("count",))
         return {
-            "count": counts,
+            "count": counts["count"],
             "projector": projector,
             "base_optimizer": self.base_optimizer.init_state(treedef.unflatten(proxies)),
         }
@@ -220,11 +211,7 @@ class ScaleByGalore(Transformation):
         projector = lax.cond(due, fresh, lambda: old)
         dtype = compute_dtype(g, projector)
         p, mat = projector.astype(dtype), matrix.astype(dtype)
-        low = (
-            jnp.matmul(p.T, mat, precision=_HIGHEST)
-            if left
-            else jnp.matmul(mat, p, precision=_HIGHEST)
-        )
+        low = _matmul(p.T, mat) if left else _matmul(mat, p)
         return low.astype(promoted(g.dtype, projector.dtype)), projector
 
     def _back(self, u: Any, projector: Any, g: Any, layout: tuple) -> Any:
@@ -233,11 +220,7 @@ class ScaleByGalore(Transformation):
         left, _, _ = self._low_rank(size)
         dtype = compute_dtype(u, projector)
         p, low = projector.astype(dtype), u.astype(dtype)
-        full = (
-            jnp.matmul(p, low, precision=_HIGHEST)
-            if left
-            else jnp.matmul(low, p.T, precision=_HIGHEST)
-        )
+        full = _matmul(p, low) if left else _matmul(low, p.T)
         full = _from_matrix(full, transpose, tuple(np.shape(g))) * self.scale.astype(dtype)
         return full.astype(promoted(g.dtype, u.dtype, projector.dtype))
 
@@ -395,9 +378,7 @@ def galore(
         Zhao et al., "GaLore: Memory-Efficient LLM Training by Gradient Low-Rank
         Projection", ICML 2024.
     """
-    return optimizer(
-        "galore",
-        scale_by_galore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    projected = scale_by_galore(
+        rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers
     )
+    return descent("galore", learning_rate, projected, add_decayed_weights(weight_decay, mask))

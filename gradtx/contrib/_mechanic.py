@@ -7,22 +7,15 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
+from gradtx._core.lift import check_state_keys, compute_dtype, update_slots
 from gradtx._core.module import field, hyperparam, non_negative, static
 from gradtx._core.protocol import Params, Transformation, Updates, own_hyperparams
 from gradtx._layouts.step_counts import next_count
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.subset import present_paths
-from gradtx.contrib._dadapt import needs_params_error
-from gradtx.contrib._reductions import copy_of, flat_dot
+from gradtx.contrib._reductions import copies_of, flat_dot, needs_params_error, positive_int
 
 _GLOBAL = ("count", "r", "m", "v", "s")
-
-
-def _num_betas(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"mechanize: `num_betas` must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 class Mechanize(Transformation):
@@ -33,7 +26,7 @@ class Mechanize(Transformation):
     weight_decay: Any = hyperparam(1e-2, check=non_negative)
     eps: Any = hyperparam(1e-8, check=non_negative)
     s_init: Any = hyperparam(1e-6, check=non_negative)
-    num_betas: int = static(6, converter=_num_betas)
+    num_betas: int = static(6, converter=positive_int("mechanize"))
 
     def state_keys(self) -> tuple[str, ...]:
         """The base optimizer's state, the start `x0` per path and the global tuner state."""
@@ -51,11 +44,10 @@ class Mechanize(Transformation):
 
     def init_state(self, params: Params) -> dict:
         """The base state, a copy of the params, and zero sums with the scales at `s_init`."""
-        x0 = init_slots(params, lambda p: {"x0": copy_of(p)}, ("x0",))["x0"]
         n = self.num_betas
         return {
             "base_optimizer": self.base_optimizer.init_state(params),
-            "x0": x0,
+            "x0": copies_of(params),
             "count": jnp.zeros((), jnp.int32),
             "r": jnp.zeros((n,), jnp.float32),
             "m": jnp.zeros((n,), jnp.float32),
@@ -117,15 +109,8 @@ class Mechanize(Transformation):
         new_updates, _ = update_slots(
             move, base_updates, slots, params, owner=self.name, needs_params=True
         )
-        return new_updates, {
-            "base_optimizer": base_state,
-            **slots,
-            "count": next_count(count),
-            "r": r,
-            "m": m,
-            "v": v,
-            "s": s,
-        }
+        tuner = {"count": next_count(count), "r": r, "m": m, "v": v, "s": s}
+        return new_updates, {"base_optimizer": base_state, **slots, **tuner}
 
 
 def mechanize(

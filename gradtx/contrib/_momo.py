@@ -12,9 +12,8 @@ from gradtx._core.per_array import PerArrayTransform, hyperparam_at
 from gradtx._core.protocol import Params, Updates
 from gradtx._layouts.step_counts import next_count
 from gradtx._transforms.scale import ScalarOrSchedule
-from gradtx.contrib._dadapt import needs_params_error
 from gradtx.contrib._reduce_on_plateau import missing_value_error
-from gradtx.contrib._reductions import bias_correction, flat_dot, scalar_copy
+from gradtx.contrib._reductions import bias_correction, flat_dot, needs_params_error, scalar_copy
 
 _GLOBAL = ("barf", "gamma", "lb", "count")
 # Below this squared norm of the momentum the step is zero: float64's machine epsilon.

@@ -12,14 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from gradtx._core.lift import (
-    as_stored,
-    compute_dtype,
-    dtype_or_none,
-    init_slots,
-    update_slots,
-    zeros_for,
-)
+from gradtx._core.lift import compute_dtype, dtype_or_none, init_slots, update_slots, zeros_for
 from gradtx._core.module import (
     as_float,
     as_floats,
@@ -44,10 +37,10 @@ from gradtx._layouts.step_counts import next_count
 from gradtx._paths.paths import flatten
 from gradtx._paths.selectors import as_selector, select
 from gradtx._paths.subset import present_paths
-from gradtx._transforms.adam import ScaleByAdam
+from gradtx._transforms.adam import ScaleByAdam, first_moment_hat, moving_average
 from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import optional_selector
-from gradtx.contrib._dadapt import needs_params_error
+from gradtx.contrib._reductions import needs_params_error
 
 DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
 NS_COEFFS_PRESETS = {
@@ -66,7 +59,12 @@ Axes = tuple[tuple[int, ...], tuple[int, ...]]
 MATRIX: Axes = ((0,), (1,))
 
 
-def _ns_coeffs(value: Any) -> Any:
+def _coeff_leaves(value: Any, name: str = "ns_coeffs") -> Any:
+    """The coefficients (a preset's name, a triple or a tuple of triples) as float32 leaves.
+
+    JAX arrays stay arrays. Given as numbers, they become NumPy scalars in tuples, so that
+    Flax NNX can hold the transformation as static structure.
+    """
     if isinstance(value, str):
         if value not in NS_COEFFS_PRESETS:
             raise ValueError(
@@ -79,15 +77,6 @@ def _ns_coeffs(value: Any) -> Any:
         raise ValueError(
             f"`ns_coeffs` must be a triple (a, b, c) or a tuple of triples, got shape {shape}"
         )
-    return value
-
-
-def _coeff_leaves(value: Any, name: str = "ns_coeffs") -> Any:
-    """The coefficients as float32 leaves; JAX arrays stay arrays.
-
-    Given as numbers, they become NumPy scalars in tuples, so that Flax NNX can hold the
-    transformation as static structure.
-    """
     if isinstance(value, (jax.Array, Tracer)):
         return as_float(value, name)
     rows = np.asarray(value)
@@ -141,11 +130,9 @@ def orthogonalize_via_newton_schulz(
 
 def _axis_list(value: Any) -> tuple[int, ...] | None:
     """An axis or a sequence of axes as a tuple of ints, or None if it is neither."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return (int(value),)
-    if isinstance(value, (tuple, list)) and value:
-        if all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in value):
-            return tuple(int(a) for a in value)
+    axes = value if isinstance(value, (tuple, list)) else (value,)
+    if axes and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
+        return tuple(int(a) for a in axes)
     return None
 
 
@@ -207,22 +194,17 @@ def _checked_axes(pair: Axes, shape: tuple[int, ...], path: str, owner: str, arg
     return reduction, output
 
 
-def _muon_leaves(
-    tree: Any,
-    mask: Any,
-    mask_argument: str,
-    dims: Any,
-    dims_argument: str,
-    owner: str,
-    strict: bool,
-) -> dict[str, Axes]:
+def _muon_leaves(tx: Any, tree: Any, strict: bool) -> dict[str, Axes]:
     """`{path: (reduction axes, output axes)}` of the leaves that take Muon steps.
 
-    `mask` selects the candidates (default: every leaf). A 2-D candidate is a matrix of its
-    own axes unless `dims` says otherwise; a candidate of more than 2 dimensions needs its
-    axes from `dims` (without them it is left to Adam when `mask` is `None`, and an error
-    when `mask` selected it). A complex leaf is its real view, so never a matrix.
+    The mask (`tx.mask_argument`) selects the candidates (default: every leaf). A 2-D
+    candidate is a matrix of its own axes unless the dimension numbers (`tx.dims_argument`)
+    say otherwise; a candidate of more than 2 dimensions needs its axes from them (without
+    them it is left to Adam when there is no mask, and an error when the mask selected it).
+    A complex leaf is its real view, so never a matrix.
     """
+    mask_argument, dims_argument, owner = tx.mask_argument, tx.dims_argument, tx.name
+    mask, dims = getattr(tx, mask_argument), getattr(tx, dims_argument)
     paths, leaves, _ = flatten(tree)
     real = {
         p: tuple(np.shape(x)) for p, x in zip(paths, leaves) if x is not None and not is_complex(x)
@@ -305,6 +287,10 @@ def _orthogonalize_along(x: Any, axes: Axes, ns_coeffs: Any, ns_steps: int, eps:
 class _MuonMath:
     """The Muon direction of one matrix: orthogonalised momentum (shared by both APIs)."""
 
+    # The arguments that select the matrices and give their axes (Muon's start with `muon_`).
+    mask_argument: ClassVar[str] = "mask"
+    dims_argument: ClassVar[str] = "weight_dimension_numbers"
+
     def init_leaf(self: Any, param: Any) -> dict[str, Any]:
         """A zero momentum (in `mu_dtype`, default the param's dtype) and count 0."""
         return {"mu": zeros_for(param, self.mu_dtype), "count": jnp.zeros((), jnp.int32)}
@@ -315,13 +301,9 @@ class _MuonMath:
         """Bias-corrected (Nesterov) momentum in at least float32, orthogonalised along `axes`."""
         dtype = compute_dtype(g, slots["mu"])
         grad, b = g.astype(dtype), self.beta.astype(dtype)
-        mu = as_stored(b * slots["mu"].astype(dtype) + (1 - b) * grad, slots["mu"])
+        mu = moving_average(b, slots["mu"], grad, dtype)
         count = next_count(slots["count"])
-        t = count.astype(dtype)
-        if self.nesterov:
-            mu_hat = b * mu / (1 - b ** (t + 1)) + (1 - b) * grad / (1 - b**t)
-        else:
-            mu_hat = mu / (1 - b**t)
+        mu_hat = first_moment_hat(mu, grad, b, count.astype(dtype), self.nesterov)
         u = _orthogonalize_along(mu_hat, axes, self.ns_coeffs, self.ns_steps, self.eps)
         if self.adaptive:
             u = jnp.sum(mu_hat * u) * u
@@ -347,22 +329,16 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
         """The momentum `mu` and the step `count` of each selected matrix."""
         return ("mu", "count")
 
-    def _leaves(self, tree: Any, strict: bool) -> dict[str, Axes]:
-        dims = self.weight_dimension_numbers
-        return _muon_leaves(
-            tree, self.mask, "mask", dims, "weight_dimension_numbers", self.name, strict
-        )
-
     def init_state(self, params: Params) -> dict:
         """Slots for the selected matrices only (packed params are refused)."""
         reject_packed(params, self.name, "orthogonalises each matrix on its own")
-        where = set(self._leaves(params, strict=True))
+        where = set(_muon_leaves(self, params, strict=True))
         return init_slots(params, self.init_leaf, self.state_keys(), where=where)
 
     def selected_paths(self, updates: Updates, params: Params) -> set[str] | None:
         """The selected matrices among the present paths; others pass through unchanged."""
         tree = updates if params is None else params
-        return set(self._leaves(tree, strict=False))
+        return set(_muon_leaves(self, tree, strict=False))
 
     def update_leaf(self, g: Any, slots: dict, param: Any) -> tuple[Any, dict]:
         """Momentum, bias correction, then Newton-Schulz orthogonalisation of a matrix."""
@@ -371,7 +347,7 @@ class ScaleByMuon(_MuonMath, PerArrayTransform):
     def transform_slots(self, updates: Updates, slots: dict, params: Params) -> tuple[Any, dict]:
         """The Muon step of every selected path, along its matrix axes."""
         tree = updates if params is None else params
-        for axes, paths in _grouped(self._leaves(tree, strict=False)).items():
+        for axes, paths in _grouped(_muon_leaves(self, tree, strict=False)).items():
             # Plain matrices take `update_leaf`, traced once per leaf signature.
             leaf = traced_once(self) if axes == MATRIX else partial(self.muon_direction, axes=axes)
             updates, slots = update_slots(
@@ -452,7 +428,7 @@ def scale_by_muon(
         Norm: An Anthology", 2024.
     """
     return ScaleByMuon(
-        _ns_coeffs(ns_coeffs),
+        ns_coeffs,
         int(ns_steps),
         beta,
         eps,
@@ -468,6 +444,8 @@ class Muon(_MuonMath, PerArrayTransform):
     """Muon for the selected matrices, AdamW for the other paths (see `muon`)."""
 
     name: ClassVar[str] = "muon"
+    mask_argument: ClassVar[str] = "muon_mask"
+    dims_argument: ClassVar[str] = "muon_weight_dimension_numbers"
     # Adam's second moment of the other paths follows the parameter's dtype.
     float16_check: ClassVar[Float16Check] = Float16Check(("nu",), "Adam's second moment", None)
     needs_params: ClassVar[bool] = True
@@ -497,22 +475,19 @@ class Muon(_MuonMath, PerArrayTransform):
 
     def _adam(self) -> ScaleByAdam:
         return ScaleByAdam(
-            self.adam_b1, self.adam_b2, self.eps, self.adam_eps_root, self.mu_dtype, None,
+            self.adam_b1,
+            self.adam_b2,
+            self.eps,
+            self.adam_eps_root,
+            self.mu_dtype,
+            None,
             self.nesterov,
-        )  # fmt: skip
+        )
 
     def _groups(self, tree: Any, strict: bool) -> tuple[dict[str, Axes], set, set]:
         """(matrix axes of the Muon paths, decayed Muon paths, Adam paths) among the present."""
         present = set(present_paths(tree))
-        matrices = _muon_leaves(
-            tree,
-            self.muon_mask,
-            "muon_mask",
-            self.muon_weight_dimension_numbers,
-            "muon_weight_dimension_numbers",
-            self.name,
-            strict,
-        )
+        matrices = _muon_leaves(self, tree, strict)
         if self.weight_decay_mask is None:
             decayed = set(matrices)
         else:
@@ -663,7 +638,7 @@ def muon(
     """
     return Muon(
         learning_rate,
-        _ns_coeffs(ns_coeffs),
+        ns_coeffs,
         int(ns_steps),
         beta,
         eps,

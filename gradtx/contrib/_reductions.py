@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from gradtx._core.lift import compute_dtype, update_slots, zeros_for
-from gradtx._core.protocol import Params, Updates
+from gradtx._core.lift import compute_dtype, init_slots, zeros_for
+from gradtx._core.protocol import Params
 from gradtx._paths.paths import flatten
 from gradtx._tree.reductions import arrays_of
 
@@ -22,6 +24,28 @@ def copy_of(param: Any) -> jax.Array:
     if isinstance(param, jax.ShapeDtypeStruct):
         return zeros_for(param)
     return jnp.array(param, copy=True)
+
+
+def copies_of(params: Params) -> Mapping[str, Any]:
+    """`{path: copy_of(param)}` for every non-`None` leaf (a packed unit: a copy of each buffer)."""
+    return init_slots(params, lambda p: {"copy": copy_of(p)}, ("copy",))["copy"]
+
+
+def positive_int(owner: str) -> Callable[[Any, str], int]:
+    """A field converter to an int of at least 1; anything else raises, naming `owner`."""
+
+    def convert(value: Any, name: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            short = name.rsplit(".", 1)[-1]
+            raise ValueError(f"{owner}: `{short}` must be an integer >= 1, got {value!r}")
+        return int(value)
+
+    return convert
+
+
+def needs_params_error(owner: str) -> ValueError:
+    """The error for a transformation called without the params it needs."""
+    return ValueError(f"{owner} needs the params: call `tx.update(updates, state, params)`.")
 
 
 def paired_arrays(tree: Any, by_path: dict[str, Any]) -> list[tuple[jax.Array, jax.Array]]:
@@ -77,32 +101,3 @@ def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
         dtype = compute_dtype(a, b)
         total = total + jnp.sum(a.astype(dtype) * b.astype(dtype)).astype(jnp.float32)
     return total
-
-
-def adam_direction_updates(
-    updates: Updates,
-    slots: dict,
-    params: Params,
-    *,
-    owner: str,
-    step_size: Any,
-    eps: Any,
-    decay: Any,
-) -> Any:
-    """`-decay * p - step_size * m / (sqrt(v) + eps)` per path, from the moments as stored.
-
-    The D-Adaptation and Prodigy AdamW steps both end this way, from the slots `exp_avg` (m)
-    and `exp_avg_sq` (v); `step_size`, `eps` and `decay` are float32 scalars.
-    """
-
-    def step(g: Any, leaf: dict, param: Any) -> tuple[Any, dict]:
-        dtype = compute_dtype(g, param, *leaf.values())
-        m, v = leaf["exp_avg"].astype(dtype), leaf["exp_avg_sq"].astype(dtype)
-        u = -decay.astype(dtype) * param.astype(dtype) - step_size.astype(dtype) * m / (
-            jnp.sqrt(v) + eps.astype(dtype)
-        )
-        return u.astype(g.dtype), {}
-
-    moments = {"exp_avg": slots["exp_avg"], "exp_avg_sq": slots["exp_avg_sq"]}
-    new_updates, _ = update_slots(step, updates, moments, params, owner=owner, needs_params=True)
-    return new_updates

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from gradtx._combinators.accumulate import check_count
 from gradtx._core.apply import apply_updates
-from gradtx._core.lift import check_state_keys, compute_dtype, init_slots, update_slots
+from gradtx._core.lift import check_state_keys, compute_dtype, update_slots
 from gradtx._core.module import static
 from gradtx._core.protocol import Params, Transformation, Updates, merge_descriptions
 from gradtx._core.update_sharding import like
@@ -17,8 +17,7 @@ from gradtx._layouts.complex import from_real, is_complex
 from gradtx._optax.wrapped import as_transformation
 from gradtx._paths.paths import flatten
 from gradtx._paths.subset import present_paths
-from gradtx.contrib._dadapt import needs_params_error
-from gradtx.contrib._reductions import copy_of
+from gradtx.contrib._reductions import copies_of, needs_params_error
 
 
 def _select(cond: Any, if_true: Any, if_false: Any) -> Any:
@@ -76,8 +75,7 @@ class Sam(Transformation):
             "adv_optimizer": self.adv_optimizer.init_state(params),
         }
         if not self.opaque_mode:
-            cache = init_slots(params, lambda p: {"cache": copy_of(p)}, ("cache",))
-            state["cache"] = cache["cache"]
+            state["cache"] = copies_of(params)
         return state
 
     def frozen_paths(self, params: Params) -> frozenset[str]:

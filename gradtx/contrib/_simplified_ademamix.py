@@ -6,12 +6,13 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
-from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import as_stored, compute_dtype, zeros_for
 from gradtx._core.module import decay_rate, hyperparam, non_negative
 from gradtx._core.per_array import Float16Check, PerArrayTransform, hyperparam_at
 from gradtx._layouts.step_counts import next_count
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._optimizers.descent import descent
+from gradtx._transforms.adam import moving_average
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
 
 
@@ -44,7 +45,7 @@ class ScaleBySimplifiedAdemamix(PerArrayTransform):
         b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
         alpha = hyperparam_at(self.alpha, count).astype(dtype)
         m = as_stored(b1 * slots["m"].astype(dtype) + grad, slots["m"])
-        n = as_stored(b2 * slots["n"].astype(dtype) + (1 - b2) * (grad * grad), slots["n"])
+        n = moving_average(b2, slots["n"], grad * grad, dtype)
         t = new.astype(dtype)
         n_hat = n / (1 - b2**t)
         eps, eps_root = self.eps.astype(dtype), self.eps_root.astype(dtype)
@@ -142,9 +143,6 @@ def simplified_ademamix(
         Morwani et al., "Connections between Schedule-Free Optimizers, AdEMAMix, and
         Accelerated SGD Variants", 2025.
     """
-    return optimizer(
-        "simplified_ademamix",
-        scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
-    )
+    moments = scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root)
+    decay = add_decayed_weights(weight_decay, mask)
+    return descent("simplified_ademamix", learning_rate, moments, decay)

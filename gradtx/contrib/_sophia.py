@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gradtx._combinators.chain import optimizer
 from gradtx._core.lift import (
     as_stored,
     check_state_keys,
@@ -30,13 +29,17 @@ from gradtx._core.module import (
 )
 from gradtx._core.protocol import Params, Transformation, Updates
 from gradtx._core.widening import shaped_like
-from gradtx._layouts.complex import is_complex, real_dtype, to_real
+from gradtx._layouts.complex import from_real, is_complex, real_dtype, to_real
 from gradtx._layouts.packed import reject_packed
 from gradtx._optax.wrapped import as_transformation
+from gradtx._optimizers.descent import descent
 from gradtx._paths.paths import flatten
+from gradtx._paths.subset import present_paths
+from gradtx._transforms.adam import moving_average
 from gradtx._transforms.noise import path_key, raw_key
-from gradtx._transforms.scale import ScalarOrSchedule, scale_by_learning_rate
+from gradtx._transforms.scale import ScalarOrSchedule
 from gradtx._transforms.weight_decay import add_decayed_weights
+from gradtx.contrib._reductions import needs_params_error
 
 _OBJ_FN = (
     "needs the objective: call `tx.update(grads, state, params, obj_fn=obj_fn)` with "
@@ -72,9 +75,7 @@ class HutchinsonEstimatorDiagHessian(Transformation):
         """The estimate `(H r) * r` at the paths present in `updates` (`None` elsewhere)."""
         check_state_keys(self.name, state, self.state_keys())
         if params is None:
-            raise ValueError(
-                f"{self.name} needs the params: call `tx.update(grads, state, params)`."
-            )
+            raise needs_params_error(self.name)
         if obj_fn is None:
             raise ValueError(f"{self.name} {_OBJ_FN}")
         u_paths, u_leaves, u_def = flatten(updates)
@@ -94,14 +95,12 @@ class HutchinsonEstimatorDiagHessian(Transformation):
                     "since init (call `gradtx.reconcile(tx, state, params)`)."
                 )
             keys[path], sample = jax.random.split(keys[path])
-            if is_complex(x):  # a sign for each part: the tangent re + i im
-                parts = jax.random.rademacher(sample, (2, *jnp.shape(x)), jnp.float32)
-                signs[path] = parts.astype(real_dtype(x.dtype))
-                tangent.append(lax.complex(signs[path][0], signs[path][1]))
-            else:
-                signs[path] = jax.random.rademacher(sample, jnp.shape(x), jnp.float32)
-                signs[path] = signs[path].astype(x.dtype)
-                tangent.append(signs[path])
+            # A complex leaf gets a sign for each part (its real view): the tangent re + i im.
+            shape = (2, *jnp.shape(x)) if is_complex(x) else jnp.shape(x)
+            signs[path] = jax.random.rademacher(sample, shape, jnp.float32).astype(
+                real_dtype(x.dtype)
+            )
+            tangent.append(from_real(signs[path], x.dtype) if is_complex(x) else signs[path])
         hvp = jax.jvp(jax.grad(obj_fn), (params,), (p_def.unflatten(tangent),))[1]
         h_paths, h_leaves, _ = flatten(hvp)
         by_path = dict(zip(h_paths, h_leaves))
@@ -228,8 +227,7 @@ class ScaleBySophia(Transformation):
         self, updates: Updates, state: dict, params: Params, extra: dict
     ) -> tuple[dict, Any]:
         """The estimator's output by path, run only when a present path is due for one."""
-        paths, leaves, _ = flatten(updates)
-        present = [p for p, g in zip(paths, leaves) if g is not None]
+        present = present_paths(updates)
         k = jnp.asarray(self.update_interval, jnp.int32)
         counts = state["count"]
         due = [counts[p] % k == 0 for p in present if p in counts]
@@ -276,7 +274,7 @@ class ScaleBySophia(Transformation):
             dtype = compute_dtype(g, slots["mu"], slots["nu"])
             count = slots["count"]
             b1, b2 = self.b1.astype(dtype), self.b2.astype(dtype)
-            mu = as_stored(b1 * slots["mu"].astype(dtype) + (1 - b1) * g.astype(dtype), slots["mu"])
+            mu = moving_average(b1, slots["mu"], g.astype(dtype), dtype)
             t = (count + 1).astype(dtype)
             nu = slots["nu"].astype(dtype)
             scale = jnp.maximum(self.gamma.astype(dtype) * nu, self.eps.astype(dtype))
@@ -297,12 +295,8 @@ class ScaleBySophia(Transformation):
         )
         if win:
             self._print_win_rate(win)
-        return new_updates, {
-            "mu": slots["mu"],
-            "nu": slots["nu"],
-            "count": slots["count"],
-            "hessian_fn": inner,
-        }
+        del slots["hess"]
+        return new_updates, {**slots, "hessian_fn": inner}
 
     def _print_win_rate(self, win: list) -> None:
         """Print the share of elements the clipping left alone (at the last path's step)."""
@@ -466,20 +460,17 @@ def sophia(
         Liu et al., "Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
         Pre-training", ICLR 2024.
     """
-    return optimizer(
-        "sophia",
-        scale_by_sophia(
-            b1,
-            b2,
-            eps,
-            gamma,
-            clip_threshold,
-            update_interval,
-            hessian_diagonal_fn,
-            mu_dtype,
-            verbose,
-            print_win_rate_every_n_steps,
-        ),
-        add_decayed_weights(weight_decay, weight_decay_mask),
-        scale_by_learning_rate(learning_rate),
+    clipped = scale_by_sophia(
+        b1,
+        b2,
+        eps,
+        gamma,
+        clip_threshold,
+        update_interval,
+        hessian_diagonal_fn,
+        mu_dtype,
+        verbose,
+        print_win_rate_every_n_steps,
     )
+    decay = add_decayed_weights(weight_decay, weight_decay_mask)
+    return descent("sophia", learning_rate, clipped, decay)
