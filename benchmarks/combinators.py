@@ -2,7 +2,7 @@
 
     python -m benchmarks.combinators            # four leaves of 3.1M floats, 150 small ones
     python -m benchmarks.combinators --smoke    # tiny leaves, to check that it runs
-    python -m benchmarks.spread --only large --config "accumulate(sgd)"   # the day's spread
+    python -m benchmarks.lab.spread --only large --config "accumulate(sgd)"   # the day's spread
 
 Gradient accumulation (`accumulate` against optax's `MultiSteps`, every 4 calls), skipping
 non-finite steps (`apply_if_finite`, with gradtx's default check of the updates and with the

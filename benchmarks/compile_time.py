@@ -45,7 +45,7 @@ def lower_and_compile_s(
 
     Call `benchmarks.fresh.clear_caches()` before building `args` (the state included).
     `platforms` names the platform to lower for where it is not the default backend's
-    (as `benchmarks.gpu_target.for_device` gives them with its abstract args).
+    (as `benchmarks.lab.gpu_target.for_device` gives them with its abstract args).
     """
     t0 = time.perf_counter()
     lowered = jitted.trace(*args).lower(lowering_platforms=platforms)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 from xla_settings import with_xla_defaults
@@ -72,29 +71,6 @@ def test_benchmark_smoke_run(tmp_path):
     assert max(losses) - min(losses) <= 1e-5 * max(abs(x) for x in losses)
 
 
-def test_layout_experiment_runs_and_layouts_agree(tmp_path):
-    """The layout experiment quoted on the performance page keeps running, and its layouts
-    compute the same Adam step (the bucketed one from a flat buffer and runtime offsets)."""
-    args = ["--leaves", "8", "--reps", "2", "--static"]
-    rows = _run_json("benchmarks.layouts", args, tmp_path / "layouts.json")
-    assert [r["layout"] for r in rows] == [
-        "per-leaf, shared count",
-        "per-leaf, count per path",
-        "per-leaf, count per path, corrections once",
-        "bucketed",
-        "bucketed, static offsets",
-        "floor: params returned",
-        "floor: p + g",
-    ]
-    for row in rows:
-        if not row["layout"].startswith("floor"):
-            assert row["max_abs_diff"] <= 1e-7, row["layout"]
-        assert row["compile_s"] > 0 and row["step_ms"] > 0
-    # Bucketed state: a flat buffer per moment, so far fewer outputs than leaves x 3.
-    by_name = {r["layout"]: r for r in rows}
-    assert by_name["bucketed"]["outputs"] < by_name["per-leaf, shared count"]["outputs"]
-
-
 def test_partition_config_injects_the_same_hyperparameters_in_both_libraries(monkeypatch):
     """The per-group configuration compares like with like: each group's Adam keeps the same
     hyperparameters in its state in gradtx and in optax (b1 and b2 are static in both), so
@@ -115,16 +91,6 @@ def test_partition_config_injects_the_same_hyperparameters_in_both_libraries(mon
         assert names == set(theirs[group].inner_state.hyperparams) == injected
 
 
-def test_spread_times_one_library_against_itself(monkeypatch):
-    """The harness's spread: two copies of one step, timed as the suite times two libraries."""
-    monkeypatch.syspath_prepend(str(ROOT))
-    from benchmarks import spread, workloads
-
-    got = spread.measure(workloads.many_leaves_packed(8), "sgd momentum", "gradtx", 1, 2)
-    assert got["first_ms"] > 0 and got["second_ms"] > 0
-    assert got["ratio"] == got["second_ms"] / got["first_ms"]
-
-
 @pytest.mark.parametrize(
     ("module", "args", "said"),
     [
@@ -132,8 +98,6 @@ def test_spread_times_one_library_against_itself(monkeypatch):
         ("run", ["--smoke", "--only", "leaves", "--skip", "leaves"], "--skip 'leaves' selects"),
         ("run", ["--config", "adm"], "invalid choice: 'adm'"),
         ("combinators", ["--config", "accumulate(sdg)"], "invalid choice: 'accumulate(sdg)'"),
-        ("host_overhead", ["--config", "lion "], "invalid choice: 'lion '"),
-        ("program_size", ["--smoke", "--config", "Adam"], "invalid choice: 'Adam'"),
         ("lbfgs", ["--only", "huge"], "--only 'huge' selects nothing"),
     ],
 )
@@ -151,19 +115,6 @@ def test_a_filter_that_selects_nothing_stops_and_names_what_it_was_given(
     assert not out.exists()
 
 
-def test_spread_and_compile_probe_name_a_configuration_or_variant_they_do_not_know(
-    monkeypatch, capsys
-):
-    monkeypatch.syspath_prepend(str(ROOT))
-    from benchmarks import compile_probe, models, spread
-
-    with pytest.raises(SystemExit):
-        spread.main(["--config", "schedule-free AdamW"])  # the name is lower case
-    assert "invalid choice: 'schedule-free AdamW'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="no variant named 'optax adam'.*'optax adam, tree'"):
-        compile_probe.probe(models.mlp(True), ["optax adam"])
-
-
 def test_a_smoke_run_of_one_workload_runs_the_tiny_form_of_that_workload(monkeypatch, tmp_path):
     """`--smoke --only` picks among tiny forms of every workload of the full run, so that the
     accelerator script's parts can be smoke-run as they are written."""
@@ -179,38 +130,6 @@ def test_a_smoke_run_of_one_workload_runs_the_tiny_form_of_that_workload(monkeyp
     assert json.loads(out.read_text())["results"] == report["results"]
 
 
-def test_host_overhead_times_both_libraries_and_their_spread(monkeypatch):
-    """The host-bound step: each library's time per step and the spread of its two copies; the
-    clipped chain returns its three statistics besides optax's arrays, its lean form none."""
-    monkeypatch.syspath_prepend(str(ROOT))
-    from benchmarks import configs, host_overhead, workloads
-
-    (config,) = [c for c in configs.configs() if c.name == "clip+adamw(cosine, mask)"]
-    with jax.numpy_dtype_promotion("standard"):  # optax's schedule mixes Python floats in
-        row = host_overhead.measure(config, workloads.many_leaves_packed(2), calls=3, rounds=2)
-    assert row["gradtx_us"] > 0 and row["optax_us"] > 0
-    assert all(0 < row[f"{lib}_spread"] < float("inf") for lib in ("gradtx", "optax"))
-    # params, count, mu, nu, schedule count; gradtx adds global_norm, clipped, learning_rate
-    assert (row["gradtx_arrays_out"], row["optax_arrays_out"]) == (8, 5)
-    assert row["lean_arrays_out"] == 5 and row["lean_ratio"] == row["lean_us"] / row["optax_us"]
-    # the floor of those three arrays: bare steps returning 5 and 8 arrays, timed alongside
-    assert row["floor_arrays_out"] == [5, 8]
-    floor = row["optax_us"] + row["arrays_floor_us"]
-    assert row["arrays_floor_us"] >= 0 and row["floor_ratio"] == row["gradtx_us"] / floor
-    print(host_overhead.format_row(row))
-
-
-def test_the_bare_step_of_the_arrays_floor_returns_the_arrays_it_is_asked_for(monkeypatch):
-    """A bare step writes its scalars into the state it was given, each from the gradient."""
-    monkeypatch.syspath_prepend(str(ROOT))
-    from benchmarks import host_overhead
-
-    copy = host_overhead.Copy.bare(3, size=8)
-    assert copy.arrays == 4
-    params, state = copy.carry
-    assert params.tolist() == [1.0] * 8 and [float(v) for v in state.values()] == [8, 9, 10]
-
-
 def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
     """The clipped chain's bound is its own: Adam's bytes plus one more read of the gradient
     (the global norm needs every gradient before any update is written), in float32 and with
@@ -224,19 +143,6 @@ def test_clipped_chain_bound_counts_the_second_gradient_read(monkeypatch):
         clipped = by_name[name].bytes_per_param
         assert clipped(4, 4) == adam(4, 4) + 4 == 32
         assert clipped(2, 4) == adam(2, 4) + 2 == 24
-
-
-def test_moments_experiment_runs_and_layouts_agree(tmp_path):
-    """The two layouts of Adam's moments quoted on the performance page take the same steps
-    (up to rounding: XLA may order a multiply-add differently), for float32 and bf16 params."""
-    args = ["--size", "1000", "--layers", "2", "--width", "16", "--vocab", "32"]
-    args += ["--reps", "2", "--rounds", "2"]
-    rows = _run_json("benchmarks.moments", args, tmp_path / "moments.json")
-    cases = ["one big leaf", "transformer-like", "transformer-like, bf16 params"]
-    assert [r["case"] for r in rows] == cases
-    for row in rows:
-        assert row["max_abs_diff"] <= 1e-6, row["case"]
-        assert row["two arrays ms"] > 0 and row["one (..., 2) array ms"] > 0
 
 
 def test_combinators_benchmark_smoke_run(tmp_path):
@@ -305,98 +211,6 @@ def test_whole_model_smoke_run(tmp_path):
         # tree vectorise differently) stays near 3e-6 here. Dropping the weight decay, or
         # eps 100x off, moves the GPT's loss by 2e-4 and 7e-5 in the smoke run's 12 steps.
         assert max(losses) - min(losses) <= 2e-5 * max(losses), (name, losses)
-
-
-def test_kernel_count_smoke_run(tmp_path):
-    """The kernel count keeps running, and counts the optimizer's kernels alone: the step
-    carries its gradients to the next call donated, so no layout copies a leaf per step."""
-    report = _run_json("benchmarks.kernels", ["--smoke"], tmp_path / "kernels.json")
-    rows = {r["variant"]: r for r in report["rows"]}
-    assert set(rows) == {
-        "optax adam, tree",
-        "gradtx adam, tree",
-        "gradtx adam, bucketed state",
-        "gradtx adam, packed params",
-    }
-    for name, row in rows.items():
-        # At most one copy: XLA's CPU program copies gradtx's scalar step count.
-        assert row["hlo_kernels_by_op"].get("copy", 0) <= 1, (name, row["hlo_kernels_by_op"])
-        assert row["wall_ms"] > 0 and row["compile_s"] > 0, name
-    tree, packed = rows["gradtx adam, tree"], rows["gradtx adam, packed params"]
-    assert packed["hlo_kernels"] < tree["hlo_kernels"] / 3
-
-
-def test_program_size_smoke_run(tmp_path):
-    """The program counts keep running: both libraries' steps, compiled and never run, with
-    the same arrays passed where both keep the same state (Adam: params, moments, a count)."""
-    args = ["--smoke", "--config", "adam", "--config", "lion"]
-    report = _run_json("benchmarks.program_size", args, tmp_path / "program_size.json")
-    rows = {(r["workload"], r["config"]): r for r in report["rows"]}
-    assert set(rows) == {
-        ("transformer-like (1 blocks)", "adam"),
-        ("transformer-like (1 blocks)", "lion"),
-        ("20 small leaves, packed", "adam"),
-        ("20 small leaves, packed", "lion"),
-    }
-    for key, row in rows.items():
-        for lib in ("gradtx", "optax"):
-            counts = row[lib]
-            assert 0 <= counts["copies"] <= counts["kernels"], (key, lib, counts)
-            # In: params, state and gradients; out: params and state.
-            assert counts["arrays_out"] < counts["arrays_in"], (key, lib, counts)
-        if key[1] == "adam":
-            assert row["gradtx"]["arrays_in"] == row["optax"]["arrays_in"], key
-            assert row["gradtx"]["arrays_out"] == row["optax"]["arrays_out"], key
-    tree, packed = (
-        rows[("transformer-like (1 blocks)", "adam")],
-        rows[("20 small leaves, packed", "adam")],
-    )
-    assert packed["gradtx"]["kernels"] < tree["gradtx"]["kernels"] / 3
-
-
-def test_compile_probe_smoke_run(tmp_path):
-    report = _run_json("benchmarks.compile_probe", ["--smoke"], tmp_path / "probe.json")
-    assert [r["variant"] for r in report["rows"]] == [
-        "optax adam, tree",
-        "tree gradient only",
-        "packed gradient only",
-        "gradtx adam, packed, runtime offsets",
-        "gradtx adam, packed, static offsets",
-    ]
-    for row in report["rows"]:
-        assert row["lower_s"] > 0 and row["compile_s"] > 0, row["variant"]
-
-
-def test_compile_probe_compiles_abstract_arguments_for_the_device_it_is_given():
-    # The path `--gpu-target` takes (abstract arguments placed on a compile-only device),
-    # here with the CPU device, which every machine has.
-    code = (
-        "import json, jax\n"
-        "from benchmarks import compile_probe, models\n"
-        "rows = compile_probe.probe(models.mlp(True), ['packed gradient only'], jax.devices()[0])\n"
-        "print(json.dumps(rows))\n"
-    )
-    proc = _run_python(["-c", code])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = json.loads(proc.stdout.splitlines()[-1])
-    assert row["variant"] == "packed gradient only"
-    assert row["lower_s"] > 0 and row["compile_s"] > 0
-
-
-def test_compile_probe_for_a_gpu_target_compiles_for_it_or_says_what_it_needs(tmp_path):
-    out = tmp_path / "probe.json"
-    target = "benchmarks/gpu_targets/h100.txtpb"
-    args = ["--smoke", "--only", "packed gradient only", "--gpu-target", target]
-    proc = _run_python(
-        ["-m", "benchmarks.compile_probe", *args, "--out", str(out)],
-        JAX_SKIP_CUDA_CONSTRAINTS_CHECK="1",
-    )
-    if proc.returncode == 0:  # jax's CUDA plugin is installed: compiled for the H100
-        report = json.loads(out.read_text())
-        assert report["device"] == "NVIDIA H100 80GB HBM3", report["device"]
-        assert report["compiled_here_for"] == target
-    else:
-        assert "needs jax's CUDA plugin" in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ and compiles kernels for every leaf and every state slot. `bucketed(tx)` keeps t
 runs `tx`'s math once per buffer, and hands each leaf its slice of the result at an offset
 held in the state. Offsets kept as runtime values (one int32 scalar per leaf) let XLA share
 one slicing kernel among all leaves of a shape; baked in as constants every slice would be
-a kernel of its own (measured by `benchmarks/layouts.py`, quoted on the performance page).
+a kernel of its own (measured by `benchmarks/lab/layouts.py`, quoted on the performance page).
 
 Sharded leaves are never joined with others: each keeps a buffer of its own, in its shape
 and sharding. Which leaves those are is decided once, at `init`, and kept in the state's

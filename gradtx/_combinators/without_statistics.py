@@ -27,7 +27,7 @@ def without_statistics(tx: Any) -> Any:
     state is the one optax keeps: for the chain `clip_by_global_norm` then `adamw` with a
     cosine schedule on packed params, the compiled step returns optax's five arrays instead
     of eight and runs no more kernels than optax's, so a host-bound step costs about what
-    optax's does (benchmarks/host_overhead.py).
+    optax's does (benchmarks/lab/host_overhead.py).
 
     What stays: `gradtx.monitor` (it is there to record), and the state that decides what a
     step does: the counts of `apply_if_finite` and the hyperparameters of

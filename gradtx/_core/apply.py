@@ -93,7 +93,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
 def _add_pairs(pairs: list[tuple[Any, Any]]) -> list[Any]:
     # `lax.add` of two arrays cast to one dtype is what `+` would bind; `+` itself (a jitted
     # `jnp.add`) costs several times more tracing per leaf, on every trace of a step
-    # (benchmarks/host_overhead.py).
+    # (benchmarks/lab/host_overhead.py).
     out = []
     for p, u in pairs:
         p = p if isinstance(p, jax.Array) else jnp.asarray(p)

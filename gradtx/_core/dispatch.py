@@ -27,7 +27,7 @@ def _is_array_like(x: Any) -> bool:
 def dispatchable(trees: tuple) -> bool:
     """True for concrete array inputs; False inside a trace or with non-array leaves."""
     # Tree by tree, stopping at the first traced leaf: inside `jit` the updates are traced,
-    # so the state and params behind them are not flattened (benchmarks/host_overhead.py).
+    # so the state and params behind them are not flattened (benchmarks/lab/host_overhead.py).
     for tree in trees:
         for leaf in jax.tree_util.tree_leaves(tree):
             if isinstance(leaf, Tracer) or not _is_array_like(leaf):

@@ -1,7 +1,7 @@
 """Low-precision updates carried in float32 between the steps of a chain.
 
 Each step rounds its output to the updates' dtype; for bfloat16 that is a software rounding
-per element and per step (slower on the CPU than one rounding: benchmarks/moments.py), and
+per element and per step (slower on the CPU than one rounding: benchmarks/lab/moments.py), and
 every rounding loses precision. A chain therefore widens narrow updates to float32 once,
 runs its steps, and rounds once at the end.
 

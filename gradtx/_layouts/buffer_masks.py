@@ -68,7 +68,7 @@ def _selection(mask: np.ndarray) -> jax.Array:
     coarse, shift, words = _coarse_mask(mask)
     if words is None:
         # Broadcast, not a gather of bits: XLA's kernel reads it with plain index arithmetic,
-        # a little faster to run and to compile (benchmarks/layouts.py, packed workloads).
+        # a little faster to run and to compile (benchmarks/lab/layouts.py, packed workloads).
         runs = lax.broadcast_in_dim(jnp.asarray(coarse), (coarse.size, 1 << shift), (0,))
         return lax.slice(runs.reshape(-1), (0,), (mask.size,))
     i = lax.iota(jnp.uint32, mask.size) >> shift

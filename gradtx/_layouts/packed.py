@@ -39,7 +39,7 @@ from gradtx._paths.paths import flatten, is_unit
 # Leaves of at least this many elements are not worth copying into a shared buffer: at 64Ki
 # float32 elements Adam's step on a leaf already costs several kernel launches' worth of
 # memory traffic, while XLA's CPU concatenation of large operands is slow
-# (benchmarks/layouts.py). (`bucketed` gives them a buffer of their own; `global_norm`
+# (benchmarks/lab/layouts.py). (`bucketed` gives them a buffer of their own; `global_norm`
 # reduces them where they lie.)
 LARGE_LEAF = 1 << 16
 
@@ -88,7 +88,7 @@ class Layout:
 
     # JAX hashes and compares a pytree's static data on every jitted call. The generated
     # dataclass methods walk every `LeafSpec` in Python, a noticeable part of a packed step
-    # (benchmarks/host_overhead.py), so the key is built once, of plain tuples compared in C.
+    # (benchmarks/lab/host_overhead.py), so the key is built once, of plain tuples compared in C.
     @functools.cached_property
     def _key(self) -> tuple:
         specs = tuple((s.path, s.group, s.offset, s.shape) for s in self.specs)

@@ -4,7 +4,7 @@ A step count advances per path (DESIGN: partial updates advance only the paths p
 in almost every step all paths advance together. Stored as one int32 scalar per path, every
 leaf costs an input and an output buffer and its own scalar kernels for the count and the
 bias corrections, which made the step slower to compile and to run than with one shared
-count (benchmarks/layouts.py). `StepCounts`
+count (benchmarks/lab/layouts.py). `StepCounts`
 keeps one scalar shared by all paths while they count alike; from the first update that
 leaves some paths out, it keeps one scalar per path, as before (so the state's layout
 changes once at most, and under `jit` that step is traced again). Loading a checkpoint

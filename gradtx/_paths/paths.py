@@ -32,7 +32,7 @@ def _per_type(known: BoundedCache, test: Callable[[type], bool]) -> Callable[[An
     """`test` of a value's type, kept in `known` per type.
 
     `flatten` asks it of every node of every tree it flattens; looked up by type it costs
-    half as much (benchmarks/host_overhead.py).
+    half as much (benchmarks/lab/host_overhead.py).
     """
 
     def check(x: Any) -> bool:

@@ -66,7 +66,7 @@ class AddDecayedWeights(SelectsByMask, PerArrayTransform):
         apart (a packed buffer against the per-leaf layout). Selecting reads
         `g` twice, and XLA then writes `g` to memory before this kernel when `g` is costly
         math of its own (Adam's direction in `adamw`), which slows the masked AdamW step
-        (benchmarks/host_overhead.py).
+        (benchmarks/lab/host_overhead.py).
         """
         return self._decayed(g, param, selected), {}
 

@@ -100,7 +100,7 @@ def _widened(x: Any) -> jax.Array:
         # XLA's CPU backend hands a large reduction to a library kernel that cannot fuse a
         # conversion other consumers share (see gradtx/_core/widening.py); behind the barrier
         # the conversion is the reduction's own, which makes it much faster
-        # (benchmarks/moments.py).
+        # (benchmarks/lab/moments.py).
         x = lax.optimization_barrier(x)
     return x.astype(dtype)
 

@@ -47,7 +47,7 @@ class ScaleByCocob(PerArrayTransform):
         gained = slots["reward"].astype(dtype) - grad * (p - p0)
         # max(gained, 0), bit for bit (-0 and NaN included), as a select: XLA's CPU compiler
         # recomputed a `maximum` in the update's kernel from the old reward and the old
-        # params, and a donated step then copied both (benchmarks/kernels.py).
+        # params, and a donated step then copied both (benchmarks/lab/kernels.py).
         reward = as_stored(jnp.where(gained <= 0, 0, gained), slots["reward"])
         cum = as_stored(
             slots["cumulative_gradients"].astype(dtype) - grad, slots["cumulative_gradients"]

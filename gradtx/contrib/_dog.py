@@ -76,7 +76,7 @@ class ScaleByDog(PerArrayTransform):
         if self.init_step_kind == "heuristic":
             # r_eps = value * (1 + ||x_0||), from the params of the first update (= x_0). A
             # `cond` reads every param for it on that step alone: with `where`, every step did,
-            # which slowed every step on large leaves (benchmarks/kernels.py).
+            # which slowed every step on large leaves (benchmarks/lab/kernels.py).
             def start() -> Any:
                 norm = jnp.sqrt(global_sum(params))
                 return initial_distance(self.init_step_value, norm).astype(max_dist.dtype)

@@ -93,7 +93,7 @@ def flat_dot(pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
     Each pair's products are summed by one reduction, which XLA fuses with the product: a
     single read of both arrays. (A sum in a fixed pairwise order, halving the array with
     elementwise adds, wrote the products out and read them back, which made DoG's step far
-    slower on large leaves (benchmarks/kernels.py). The donated and plain compilations of a
+    slower on large leaves (benchmarks/lab/kernels.py). The donated and plain compilations of a
     step still agree bit for bit.)
     """
     total = jnp.zeros((), jnp.float32)

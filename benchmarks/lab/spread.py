@@ -1,8 +1,8 @@
 """The harness's own spread: one library's step timed against a copy of itself.
 
-    python -m benchmarks.spread                                   # packed, sgd momentum
-    python -m benchmarks.spread --only transformer --config adam --lib gradtx
-    python -m benchmarks.spread --only large --config "accumulate(sgd)"   # a combinator
+    python -m benchmarks.lab.spread                                   # packed, sgd momentum
+    python -m benchmarks.lab.spread --only transformer --config adam --lib gradtx
+    python -m benchmarks.lab.spread --only large --config "accumulate(sgd)"   # a combinator
 
 Two `Contender`s of the same library and configuration (the same program, compiled twice,
 each with buffers of its own) are timed exactly as `benchmarks.run` times gradtx against

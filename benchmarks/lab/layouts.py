@@ -1,7 +1,7 @@
 """Execution layouts for an Adam step on a tree of many small leaves, measured side by side.
 
-    python -m benchmarks.layouts            # 2000 leaves (kernels (32, 64), biases (2048,))
-    python -m benchmarks.layouts --leaves 500
+    python -m benchmarks.lab.layouts            # 2000 leaves (kernels (32, 64), biases (2048,))
+    python -m benchmarks.lab.layouts --leaves 500
 
 Each layout is written in plain JAX (no gradtx, no optax internals), so what is measured is
 the layout alone: how many per-leaf kernels, outputs and distinct kernel bodies XLA has to

@@ -2,7 +2,7 @@
 
     pip install "jax[cuda12]==$(python -c 'import jax; print(jax.__version__)')"
     JAX_PLATFORMS=cpu JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 \
-        python -m benchmarks.compile_probe --gpu-target benchmarks/gpu_targets/h100.txtpb
+        python -m benchmarks.lab.compile_probe --gpu-target benchmarks/lab/gpu_targets/h100.txtpb
 
 JAX's CUDA plugin can describe a GPU from a target config (what XLA knows of the device: its
 compute capability, cores, memory) and compile for it without a driver. Every compiler pass

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The accelerator measurements of the performance page: parts by importance, within a budget.
 #
-#   OUT=benchmarks/results/gpu bash benchmarks/gpu_suite.sh [seconds]
-#   SMOKE=1 OUT=/tmp/gpu bash benchmarks/gpu_suite.sh      # tiny sizes, to check the script
-#   PARTS="run_big_leaf whole_model_mlp" OUT=... bash benchmarks/gpu_suite.sh   # some parts
+#   OUT=benchmarks/results/gpu bash benchmarks/lab/gpu_suite.sh [seconds]
+#   SMOKE=1 OUT=/tmp/gpu bash benchmarks/lab/gpu_suite.sh      # tiny sizes, to check the script
+#   PARTS="run_big_leaf whole_model_mlp" OUT=... bash benchmarks/lab/gpu_suite.sh   # some parts
 #
 # Runs from the repository root with the checkout on PYTHONPATH (jax with CUDA, optax, flax,
 # equinox and pytest installed). Parts run in order of importance; each gets a time limit, and
@@ -57,12 +57,12 @@ cat "$OUT/device.txt"
 # itself on both, the spread those ratios are to be read against, and the host's time per
 # step on a step of host work alone (1.44x optax's for the clipped chain on the CPU).
 part run_packed 150 60 $PY -m benchmarks.run --only packed --no-training $S --out "$OUT/run_packed.json"
-part spread_packed_clip 90 40 $PY -m benchmarks.spread --only packed \
+part spread_packed_clip 90 40 $PY -m benchmarks.lab.spread --only packed \
   --config "clip+adamw(cosine, mask)" ${SMOKE:+--reps 1 --rounds 2}
 # (the clipped chain, its lean form and the floor of its statistics, beside Adam's step)
-part host_overhead 90 40 $PY -m benchmarks.host_overhead $S --config "clip+adamw(cosine, mask)" \
+part host_overhead 90 40 $PY -m benchmarks.lab.host_overhead $S --config "clip+adamw(cosine, mask)" \
   --config adam --out "$OUT/host_overhead.json"
-part spread_big_leaf 90 40 $PY -m benchmarks.spread --only big --config adam ${SMOKE:+--reps 1 --rounds 2}
+part spread_big_leaf 90 40 $PY -m benchmarks.lab.spread --only big --config adam ${SMOKE:+--reps 1 --rounds 2}
 # The NaN-payload promise on this device.
 part nan_payload 60 30 $PY -m pytest -p no:benchmark -p no:cacheprovider -q \
   "tests/layouts/test_packed.py::test_masked_decay_passes_the_unselected_elements_through_bit_for_bit"
@@ -78,7 +78,7 @@ part train_sharded 60 30 $PY examples/train_sharded.py --layout single ${SMOKE:+
 # apart (500 leaves), then the whole model (optax's compile of it alone took 69-73 s). The
 # runs without autotuning, Triton's GEMMs or the fusion autotuner, which looked for the
 # cause on the GPU, run only when PARTS names them.
-PROBE=(-m benchmarks.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
+PROBE=(-m benchmarks.lab.compile_probe ${SMOKE:+--smoke} --only "optax adam, tree"
   --only "tree gradient only" --only "packed gradient only"
   --only "gradtx adam, packed, runtime offsets")
 part compile_probe 150 60 $PY "${PROBE[@]}" --out "$OUT/compile_probe.json"
@@ -94,17 +94,17 @@ requested compile_probe_no_fusion_autotuner && part compile_probe_no_fusion_auto
 part whole_model_mlp 420 120 $PY -m benchmarks.whole_model --only mlp $S --out "$OUT/whole_model_mlp.json"
 # The harness against itself on the tree's clipped chain, a host-bound step (1.06x for optax
 # against itself, 1.00x for gradtx, on the H200).
-part spread_clip 90 40 $PY -m benchmarks.spread --only transformer \
+part spread_clip 90 40 $PY -m benchmarks.lab.spread --only transformer \
   --config "clip+adamw(cosine, mask)" ${SMOKE:+--reps 1 --rounds 2}
 part run_big_leaf 150 60 $PY -m benchmarks.run --only "one big leaf" --no-training $S --out "$OUT/run_big_leaf.json"
 part run_transformer 300 60 $PY -m benchmarks.run --only transformer --no-training $S --out "$OUT/run_transformer.json"
 # Where the step's time goes: kernels per step, default flags, then command buffers (CUDA
 # graphs) for every fusion, then none.
-part kernels 90 40 $PY -m benchmarks.kernels $S --out "$OUT/kernels.json"
+part kernels 90 40 $PY -m benchmarks.lab.kernels $S --out "$OUT/kernels.json"
 part kernels_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1" \
-  $PY -m benchmarks.kernels $S --out "$OUT/kernels_graphs.json"
+  $PY -m benchmarks.lab.kernels $S --out "$OUT/kernels_graphs.json"
 part kernels_no_graphs 90 40 env XLA_FLAGS="--xla_gpu_enable_command_buffer=" \
-  $PY -m benchmarks.kernels $S --out "$OUT/kernels_no_graphs.json"
+  $PY -m benchmarks.lab.kernels $S --out "$OUT/kernels_no_graphs.json"
 # Last, the combinators around an optimizer (accumulate, apply_if_finite), on large leaves
 # and then on 150 small ones (each row is written as it finishes).
 part combinators 150 40 $PY -m benchmarks.combinators $S --out "$OUT/combinators.json"

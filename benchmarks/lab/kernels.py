@@ -1,7 +1,7 @@
 """Where a step's time goes on an accelerator: its kernels, counted and timed.
 
-    python -m benchmarks.kernels                 # transformer-like tree (147 leaves, 27.6M params)
-    python -m benchmarks.kernels --smoke         # tiny tree, a few steps
+    python -m benchmarks.lab.kernels            # transformer-like tree (147 leaves, 27.6M params)
+    python -m benchmarks.lab.kernels --smoke    # tiny tree, a few steps
 
 For each configuration the step `(params, state, grads) -> (params, state, grads)`, all three
 donated, is compiled, and two counts are taken:

@@ -1,7 +1,7 @@
 """Adam's two moments kept in two arrays or side by side in one, measured in one process.
 
-    python -m benchmarks.moments                 # 33.5M-element leaf and transformer-like tree
-    python -m benchmarks.moments --size 1000000  # a smaller leaf
+    python -m benchmarks.lab.moments                 # 33.5M-element leaf and transformer-like tree
+    python -m benchmarks.lab.moments --size 1000000  # a smaller leaf
 
 XLA's CPU backend computes Adam on a large leaf in three kernels: the first moment, the
 second moment (each reads the gradient), then the parameter: 40 bytes per float32

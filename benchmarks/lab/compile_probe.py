@@ -1,9 +1,9 @@
 """Where the many-leaf model's compile time goes: the MLP's step, piece by piece.
 
-    python -m benchmarks.compile_probe                 # the MLP of 250 layers (500 leaves)
-    python -m benchmarks.compile_probe --depth 1000    # the whole-model benchmark's size
-    python -m benchmarks.compile_probe --smoke         # tiny, to check the script
-    python -m benchmarks.compile_probe --gpu-target benchmarks/gpu_targets/h100.txtpb
+    python -m benchmarks.lab.compile_probe                 # the MLP of 250 layers (500 leaves)
+    python -m benchmarks.lab.compile_probe --depth 1000    # the whole-model benchmark's size
+    python -m benchmarks.lab.compile_probe --smoke         # tiny, to check the script
+    python -m benchmarks.lab.compile_probe --gpu-target benchmarks/lab/gpu_targets/h100.txtpb
                                                        # for an H100, without one (gpu_target.py)
 
 On an NVIDIA H200 the packed MLP's whole training step (`benchmarks.whole_model`) compiled
@@ -21,7 +21,7 @@ cleared caches, and the script reports the trace-and-lower and the XLA compile s
 - gradtx's Adam on packed params, offsets at runtime (as in `benchmarks.whole_model`) and
   offsets static (`unpack()` with none): the whole step.
 
-Run under different `XLA_FLAGS` (`benchmarks/gpu_suite.sh` turns off autotuning, Triton's
+Run under different `XLA_FLAGS` (`benchmarks/lab/gpu_suite.sh` turns off autotuning, Triton's
 matrix products, and the fusion autotuner, one at a time, when `PARTS` names
 `compile_probe_no_autotune`, `compile_probe_no_triton` or
 `compile_probe_no_fusion_autotuner`), the rows say which part, and which compiler stage,
@@ -37,9 +37,10 @@ from typing import Any
 
 import jax
 
-from benchmarks import gpu_target, models
+from benchmarks import models
 from benchmarks.compile_time import lower_and_compile_s
 from benchmarks.fresh import clear_caches
+from benchmarks.lab import gpu_target
 from benchmarks.results import write_json
 from benchmarks.whole_model import variants
 

@@ -1,10 +1,10 @@
 """What each library's compiled step launches and passes: kernels and arrays, not run.
 
-    python -m benchmarks.program_size                   # every configuration, this device
-    python -m benchmarks.program_size --config "clip+adamw(cosine, mask)"
-    python -m benchmarks.program_size --gpu-target benchmarks/gpu_targets/h100.txtpb
+    python -m benchmarks.lab.program_size                   # every configuration, this device
+    python -m benchmarks.lab.program_size --config "clip+adamw(cosine, mask)"
+    python -m benchmarks.lab.program_size --gpu-target benchmarks/lab/gpu_targets/h100.txtpb
                                                         # for an H100, without one
-    python -m benchmarks.program_size --smoke           # tiny sizes, to check the script
+    python -m benchmarks.lab.program_size --smoke           # tiny sizes, to check the script
 
 On a GPU a tree's step is bound by the host: its time follows the kernels the program
 launches and the arrays it passes in and out more than its arithmetic (see the performance
@@ -16,7 +16,7 @@ small leaves packed, the donated step of each library is compiled (for `--gpu-ta
 GPU when given, see `gpu_target.py`) and never run. Counted:
 
 - kernels: the instructions of the optimized program's entry computation that run on the
-  device (`benchmarks.kernels.entry_kernels`), and those of them that are copies;
+  device (`benchmarks.lab.kernels.entry_kernels`), and those of them that are copies;
 - arrays: the leaves of `(params, state, grads)` passed in, and of `(params, state)` out.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 import jax
 
 from benchmarks import configs as C
-from benchmarks import gpu_target
 from benchmarks import workloads as W
 from benchmarks.cli import add_config_option
-from benchmarks.kernels import entry_kernels
+from benchmarks.lab import gpu_target
+from benchmarks.lab.kernels import entry_kernels
 from benchmarks.results import write_json
 from benchmarks.run import step_fn
 

@@ -1,8 +1,8 @@
 """Host time per optimizer step: a step with almost no arithmetic, issued back to back.
 
-    python -m benchmarks.host_overhead                          # every configuration
-    python -m benchmarks.host_overhead --config "clip+adamw(cosine, mask)"
-    python -m benchmarks.host_overhead --smoke                  # a few calls, to check it
+    python -m benchmarks.lab.host_overhead                          # every configuration
+    python -m benchmarks.lab.host_overhead --config "clip+adamw(cosine, mask)"
+    python -m benchmarks.lab.host_overhead --smoke                  # a few calls, to check it
 
 The step runs on two small leaves packed into one buffer (4096 floats), so its time is what
 the host does per call: flatten the arguments, launch the program, wrap its outputs and

@@ -1,0 +1,1 @@
+"""One-off investigations, GPU run scripts and the measurement history (see README.md)."""
