@@ -91,10 +91,10 @@ def _rng_seeded_per_test(request: pytest.FixtureRequest) -> None:
 # worker busy while the other idles; started first, the many short tests fill in around them.
 # The sort is stable and the same in every worker (xdist requires the same order everywhere).
 _LONG_FIRST = (
-    "test_sharding_state.py",
+    "test_state_shardings.py",
     "test_sharded_training.py",
     "test_sharded_layouts.py",
-    "test_sharding.py",
+    "test_state_follows_param_sharding.py",
     "test_benchmarks_smoke.py",
     "test_demo.py",
 )

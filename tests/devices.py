@@ -10,7 +10,8 @@ import sys
 import gradtx
 
 TESTS = pathlib.Path(__file__).resolve().parent
-# The child imports the same gradtx as this process, and the test helpers beside this file.
+# The child imports the same gradtx as this process, the test helpers beside this file and the
+# contract's registry.
 ROOT = pathlib.Path(gradtx.__file__).resolve().parent.parent
 
 # The start of every child script: strict promotion, 8 devices, and `spec_of`.
@@ -44,7 +45,7 @@ def cpu_devices_env(count: int = 8) -> dict[str, str]:
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(TESTS), *filter(None, [env.get("PYTHONPATH")])]
+        [str(ROOT), str(TESTS), str(TESTS / "contract"), *filter(None, [env.get("PYTHONPATH")])]
     )
     return env
 

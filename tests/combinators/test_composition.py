@@ -1,5 +1,5 @@
 """The composition matrix: every ordered pair of combinators, nested both ways, against an
-independent per-group NumPy reference (tests/references_combinators.py).
+independent per-group NumPy reference (tests/contract/references/combinators.py).
 
 Params have two groups (`enc/...` and `head/...`) and four paths; each combinator is set up
 so that it acts differently on different paths (a mask on `**/w`, a partition `enc` / `head`,
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import references_combinators as rc
+import references.combinators as rc
 
 import gradtx
 from gradtx import schedules

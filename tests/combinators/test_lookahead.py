@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from references_wrappers import OptaxLookahead
+from references.wrappers import OptaxLookahead
 
 import gradtx
 
@@ -70,10 +70,11 @@ def test_matches_the_papers_nested_loops():
 
 
 def test_matches_optax_on_the_params():
-    """optax keeps `LookaheadParams(fast, slow)`; `OptaxLookahead` (tests/registry_wrappers.py)
-    keeps its slow weights next to its state. The params and the slow weights agree within
-    1e-6 relative to the largest weight: optax computes the synchronisation step from the
-    weights (`theta + u - phi`, rounded at the weights' size), gradtx from the updates."""
+    """optax keeps `LookaheadParams(fast, slow)`; `OptaxLookahead`
+    (tests/contract/references/wrappers.py) keeps its slow weights next to its state. The
+    params and the slow weights agree within 1e-6 relative to the largest weight: optax
+    computes the synchronisation step from the weights (`theta + u - phi`, rounded at the
+    weights' size), gradtx from the updates."""
     adam = dict(b1=np.float32(0.9), b2=np.float32(0.999), eps=np.float32(1e-8))
     tx = gradtx.lookahead(gradtx.adam(0.05), 4, 0.6)
     oracle = OptaxLookahead(optax.adam(np.float32(0.05), **adam), 4, np.float32(0.6))

@@ -1,6 +1,6 @@
 """`multi_steps` with optax's options: a scheduled k, skip predicates, sums, `has_updated`.
 
-Checked against the NumPy reference of tests/references_helpers.py and against
+Checked against the NumPy reference of tests/contract/references/wrappers.py and against
 `optax.MultiSteps` (a second oracle); `accumulate` itself is in test_accumulate.py.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 import references as ref
-import references_helpers as rh
+import references.wrappers as rh
 
 import gradtx
 from gradtx import schedules

@@ -1,5 +1,5 @@
 """Schedule-Free SGD and AdamW against the paper (NumPy) and against optax; the rest is the
-contract (tests/registry_schedule_free.py)."""
+contract (tests/contract/registry/schedule_free.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import registry  # noqa: F401  (first: it loads registry_schedule_free, which imports it)
-import registry_schedule_free as rsf
+import references.schedule_free as rsf
 from trajectories import eval_trajectory
 from trees import ZOO, grads_like
 

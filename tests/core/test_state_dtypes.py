@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_convergence import TABLE
+from convergence_table import TABLE
 
 import gradtx
 

@@ -16,9 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from registry import REGISTRY
-from registry_contrib_three import WithObjective, contract_loss_of_real_view
-from registry_misc import WithLoss, contract_loss
-from registry_per_leaf import FromOneGradient
+from registry.per_example import FromOneGradient
+from registry.quadratic import WithLoss, WithObjective, contract_loss, contract_loss_of_real_view
 from test_contract import PARAM_SHAPES as SHAPES
 from test_contract import make_tree as _tree
 

@@ -8,7 +8,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import references_adaptive as ra
+import references.adam_family as ra
 
 import gradtx
 from gradtx._transforms.adam_variants import radam_rho

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import references_lbfgs as rl
+import references.lbfgs as rl
 import scipy.optimize
 
 import gradtx
@@ -170,7 +170,7 @@ def test_the_secant_step_is_exact_on_a_parabola():
 
 
 def _objective(loss_np, grad_np, to_vector, from_vector):
-    """A `references_lbfgs.Objective` maker for a flat-dict problem given as vector functions."""
+    """A `references.lbfgs.Objective` maker for a flat-dict problem given as vector functions."""
 
     def make(params: dict, grads: dict) -> rl.Objective:
         def loss(flat):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import references_per_leaf as rpl
+import references.per_leaf as rpl
 
 import gradtx
 from gradtx.paths import SelectorError
