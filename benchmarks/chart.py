@@ -4,13 +4,16 @@
     python -m benchmarks.chart benchmarks/results/*.json        # a fresh run's result files
     python -m benchmarks.chart benchmarks/snapshots/*.json benchmarks/results/*.json
     python -m benchmarks.chart --markdown                       # the figures, as a table
+    python -m benchmarks.chart --ratios                         # the performance page's table
     python -m benchmarks.chart --snapshot benchmarks/snapshots/cpu.json --source "..." \\
         benchmarks/results/*.json                               # a fresh run as a snapshot
 
-The chart (`docs/images/performance.svg` by default) has two panels, the step time and the
-compile time, each as gradtx's time divided by optax's on a log scale: below the 1.0 line
-gradtx is faster. There is a row per workload and configuration, and a bar per device in that
-row, so that the CPU and the GPU figures of a row sit side by side.
+There is one chart per device, `docs/images/performance-<device>.svg` (`--out-dir` sets the
+folder; the device is its label in lower case, without "NVIDIA": `cpu`, `h100`, `h200`). Each
+has two panels, the step time and the compile time, each as gradtx's time divided by optax's
+on a log scale, with a row per workload and configuration: left of the 1.0 line gradtx is
+faster. The charts are sized for the documentation's content column, about 700 px wide: their
+text renders at 11 px or more there.
 
 Input files are read in order and merged per device (`label`): a later file's row replaces an
 earlier one with the same benchmark, workload and configuration, so fresh results given after
@@ -74,15 +77,14 @@ from typing import Any
 from benchmarks.results import write_json
 
 SNAPSHOTS = "benchmarks/snapshots/*.json"
-OUT = "docs/images/performance.svg"
+OUT_DIR = "docs/images"
 BENCHMARKS = ("optimizer step", "training step", "compile")
 HEADINGS = {
-    "optimizer step": "Optimizer step alone (benchmarks.run)",
-    "training step": "Whole training step (benchmarks.whole_model)",
-    "compile": "Compile of Adam's step alone (benchmarks.compile_time)",
+    "optimizer step": "Optimizer step alone",
+    "training step": "Whole training step",
+    "compile": "Compile of Adam's step alone",
 }
 KEYS = ("gradtx_step_ms", "optax_step_ms", "gradtx_compile_s", "optax_compile_s")
-COLORS = ("#3b6fb6", "#e08a2c", "#5a9e5a", "#a05aa0")
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -292,114 +294,129 @@ def _fmt_ratio(x: float) -> str:
     return f"{x:.2f}"
 
 
-def draw(devices: list[dict], out: str) -> None:
-    """Draw the ratios of `devices` (as returned by `load`) into the SVG file `out`."""
+def slug(label: str) -> str:
+    """The file-name part of a device's label: "NVIDIA H100" -> "h100", "CPU" -> "cpu"."""
+    words = label.lower().replace("nvidia", " ").split()
+    return "-".join("".join(c for c in w if c.isalnum()) for w in words) or "device"
+
+
+def chart_path(out_dir: str, device: dict) -> str:
+    """Where `draw` writes `device`'s chart: `<out_dir>/performance-<slug>.svg`."""
+    return os.path.join(out_dir, f"performance-{slug(device['label'])}.svg")
+
+
+# The chart is drawn in points (72 to the inch) and shown scaled to the page's width. The
+# content column of the documentation is about 700 px wide, so a figure WIDTH_IN inches wide
+# (WIDTH_IN * 72 units) is shown at 700 / (WIDTH_IN * 72) px per unit: at 9 inches, 1.08, and
+# text of FONT units or more is at least 11 px high there.
+WIDTH_IN = 9.0
+FONT = 11
+LINE_IN = 0.25  # the height of one line of the chart (a heading, a workload or a row)
+
+
+def draw(devices: list[dict], out_dir: str) -> list[str]:
+    """Draw one chart per device of `devices` (as returned by `load`) into `out_dir`; the
+    paths written, in the devices' order."""
+    return [draw_device(device, chart_path(out_dir, device)) for device in devices]
+
+
+def draw_device(device: dict, out: str) -> str:
+    """Draw `device`'s ratios into the SVG file `out`: a row per workload and configuration,
+    the step time on the left, the compile time on the right, each as gradtx's time over
+    optax's on a log scale, with a line at 1.0 (left of it, gradtx is faster)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.transforms import blended_transform_factory
 
-    lines = layout(devices)
-    by_key = [{_key(r): r for r in d["rows"]} for d in devices]
+    lines = layout([device])
+    rows = {_key(r): r for r in device["rows"]}
     ratios = [
         r
-        for rows in by_key
         for row in rows.values()
         for r in (_ratio(row, "step_ms"), _ratio(row, "compile_s"))
         if r is not None
     ]
-    lo = min([0.5, *ratios]) / 1.6
-    hi = max([2.0, *ratios]) * 1.6
+    lo = min([0.5, *ratios]) / 1.9
+    hi = max([1.5, *ratios]) * 1.9
     n = len(lines)
     style = {
         "svg.hashsalt": "gradtx-performance",
         "svg.fonttype": "none",
         "font.family": "DejaVu Sans",
-        "font.size": 8,
+        "font.size": FONT,
         "axes.edgecolor": "#888888",
         "axes.linewidth": 0.6,
     }
     with matplotlib.rc_context(style):
-        fig = Figure(figsize=(10, 1.4 + 0.19 * n), layout="constrained")
+        fig = Figure(figsize=(WIDTH_IN, 1.9 + LINE_IN * n), layout="constrained")
         axes = fig.subplots(1, 2, sharey=True)
-        height = 0.8 / max(1, len(devices))
-        for ax, what, title in zip(
-            axes,
-            ("step_ms", "compile_s"),
-            ("step time, gradtx / optax", "compile time, gradtx / optax"),
-        ):
+        for ax, what, title in zip(axes, ("step_ms", "compile_s"), ("Step time", "Compile time")):
             ax.set_xscale("log")
             ax.set_xlim(lo, hi)
             ax.set_ylim(n - 0.5, -0.5)
-            ax.set_title(title, fontsize=9, fontweight="bold")
-            ax.set_xlabel("\u2190 gradtx faster          optax faster \u2192", fontsize=7.5)
-            ax.axvline(1.0, color="black", linewidth=0.9, zorder=3)
+            ax.set_title(title, fontsize=FONT + 1, fontweight="bold")
+            ax.set_xlabel(
+                "gradtx time / optax time\n\u2190 gradtx faster \u00b7 optax faster \u2192",
+                fontsize=FONT,
+            )
+            ax.xaxis.set_label_position("top")
+            ax.tick_params(axis="x", top=True, labeltop=True, labelsize=FONT)
+            ax.axvspan(lo, 1.0, color="#edf5ec", zorder=0, linewidth=0)
+            ax.axvline(1.0, color="black", linewidth=1.0, zorder=3)
             ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4) if lo <= t <= hi]
             ax.xaxis.set_major_locator(FixedLocator(ticks))
             ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-            ax.grid(axis="x", color="#dddddd", linewidth=0.5, zorder=0)
+            ax.grid(axis="x", color="#cccccc", linewidth=0.5, zorder=1)
             ax.tick_params(axis="y", length=0)
             for y, (kind, text, key) in enumerate(lines):
                 if kind == "benchmark":
-                    ax.axhspan(y - 0.5, y + 0.5, color="#eeeeee", zorder=0, linewidth=0)
+                    ax.axhspan(y - 0.5, y + 0.5, color="#e4e4e4", zorder=2, linewidth=0)
                     if ax is axes[0]:
-                        ax.text(
+                        # The heading starts at the figure's left edge, over the row labels.
+                        to = blended_transform_factory(fig.transFigure, ax.transData)
+                        fig.text(
                             0.01,
                             y,
                             text,
-                            transform=ax.get_yaxis_transform(),
+                            transform=to,
                             va="center",
                             fontweight="bold",
-                            fontsize=8.5,
-                            zorder=5,
-                            bbox={"facecolor": "#eeeeee", "edgecolor": "none", "pad": 1},
+                            fontsize=FONT + 1,
                         )
                 if kind != "row":
                     continue
-                found = [rows[key] for rows in by_key if key in rows]
-                if not any(_ratio(row, what) for row in found):
-                    ax.text(1.06, y, "not timed", va="center", fontsize=6.5, color="#999999")
-                for i, rows in enumerate(by_key):
-                    row = rows.get(key)
-                    r = None if row is None else _ratio(row, what)
-                    if r is None:
-                        continue
-                    yy = y - 0.4 + height * (i + 0.5)
-                    color = COLORS[i % len(COLORS)]
-                    ax.barh(yy, abs(r - 1), left=min(r, 1.0), height=height * 0.9, color=color)
-                    ax.text(
-                        r * (0.97 if r < 1 else 1.03),
-                        yy,
-                        _fmt_ratio(r),
-                        ha="right" if r < 1 else "left",
-                        va="center",
-                        fontsize=6,
-                        color="#333333",
-                    )
+                r = _ratio(rows[key], what)
+                if r is None:
+                    ax.text(1.08, y, "not timed", va="center", fontsize=FONT, color="#777777")
+                    continue
+                ax.barh(y, abs(r - 1), left=min(r, 1.0), height=0.7, color="#3b6fb6", zorder=4)
+                ax.text(
+                    r * (0.96 if r < 1 else 1.04),
+                    y,
+                    _fmt_ratio(r),
+                    ha="right" if r < 1 else "left",
+                    va="center",
+                    fontsize=FONT,
+                    color="#222222",
+                    zorder=5,
+                )
         ax = axes[0]
         ax.set_yticks(range(n))
         ax.set_yticklabels(["" if kind == "benchmark" else text for kind, text, _ in lines])
         for label, (kind, _, _) in zip(ax.get_yticklabels(), lines):
+            label.set_fontsize(FONT)
             if kind == "workload":
                 label.set_fontweight("bold")
-                label.set_fontsize(8)
             else:
                 label.set_color("#333333")
-        handles = [
-            Patch(color=COLORS[i % len(COLORS)], label=_legend(d)) for i, d in enumerate(devices)
-        ]
-        fig.legend(
-            handles=handles,
-            loc="outside upper center",
-            ncol=len(handles),
-            frameon=False,
-            fontsize=8,
-        )
+        fig.suptitle(_legend(device), fontsize=FONT + 1)
         os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
         fig.savefig(out, format="svg", metadata={"Date": None})
+    return out
 
 
 def _legend(device: dict) -> str:
@@ -454,6 +471,32 @@ def markdown(devices: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ratio_table(devices: list[dict]) -> str:
+    """gradtx's time over optax's per device, as a Markdown table: a row per workload and
+    configuration (the workload named on its first row), in the chart's order, and a column
+    per device whose cells read "step · compile"; "-" where a device did not measure it."""
+    head = ["workload", "config"]
+    head += [f"{d['label'].removeprefix('NVIDIA ')} step · compile" for d in devices]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_key = [{_key(r): r for r in d["rows"]} for d in devices]
+    last = None
+    for kind, _, key in layout(devices):
+        if kind != "row":
+            continue
+        _, workload, config = key
+        cells = [workload if workload != last else "", config]
+        last = workload
+        for rows in by_key:
+            row = rows.get(key)
+            if row is None:
+                cells.append("-")
+                continue
+            pair = [_ratio(row, what) for what in ("step_ms", "compile_s")]
+            cells.append(" · ".join("-" if r is None else _fmt_ratio(r) for r in pair))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # --- command line -------------------------------------------------------------------------------
 
 
@@ -471,9 +514,14 @@ def _check(devices: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help=f"JSON files (default: {SNAPSHOTS})")
-    parser.add_argument("--out", default=OUT, help=f"the SVG to write (default: {OUT})")
+    parser.add_argument(
+        "--out-dir", default=OUT_DIR, help=f"where to write the charts (default: {OUT_DIR})"
+    )
     parser.add_argument("--label", default=None, help="the device label of result files")
     parser.add_argument("--markdown", action="store_true", help="print the figures as a table")
+    parser.add_argument(
+        "--ratios", action="store_true", help="print the ratios per device as a table"
+    )
     parser.add_argument("--snapshot", default=None, help="write the files as one snapshot here")
     parser.add_argument("--source", default=None, help="the snapshot's source, in words")
     parser.add_argument("--note", action="append", default=None, help="a note (repeatable)")
@@ -508,8 +556,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(devices))
         return 0
-    draw(devices, args.out)
-    print(f"wrote {args.out} ({', '.join(d['label'] for d in devices)})")
+    if args.ratios:
+        print(ratio_table(devices))
+        return 0
+    for device, path in zip(devices, draw(devices, args.out_dir)):
+        print(f"wrote {path} ({device['label']})")
     return 0
 
 

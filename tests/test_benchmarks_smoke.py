@@ -213,13 +213,19 @@ def test_whole_model_smoke_run(tmp_path):
         assert max(losses) - min(losses) <= 2e-5 * max(losses), (name, losses)
 
 
+CHARTS = ("performance-cpu.svg", "performance-h100.svg", "performance-h200.svg")
+# The content column of the documentation is about 700 px wide; the charts are shown scaled
+# to it (they are wider), so a font of f units in a viewBox w units wide is f * 700 / w px.
+PAGE_WIDTH_PX = 700
+
+
 @pytest.fixture(scope="module")
 def drawn_chart(tmp_path_factory):
-    """The performance page's chart, drawn by `python -m benchmarks.chart` from the committed
-    snapshots into a fresh folder."""
-    out = tmp_path_factory.mktemp("chart") / "performance.svg"
+    """The performance page's charts, one per device, drawn by `python -m benchmarks.chart`
+    from the committed snapshots into a fresh folder; that folder."""
+    out = tmp_path_factory.mktemp("chart")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.chart", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.chart", "--out-dir", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -238,28 +244,61 @@ def _matplotlib_version(svg: str) -> str | None:
     return found and found.group(1)
 
 
-def test_chart_names_every_workload_of_the_snapshots(drawn_chart):
-    snapshots = sorted((ROOT / "benchmarks" / "snapshots").glob("*.json"))
-    assert {p.name for p in snapshots} >= {"cpu.json", "h200.json"}
-    texts = set(_svg_texts(drawn_chart.read_text()))
-    for path in snapshots:
-        snapshot = json.loads(path.read_text())
-        assert snapshot["source"] and snapshot["label"], path.name
-        assert snapshot["rows"], path.name
+def _snapshots() -> list[dict]:
+    paths = sorted((ROOT / "benchmarks" / "snapshots").glob("*.json"))
+    assert {p.name for p in paths} >= {"cpu.json", "h100.json", "h200.json"}
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def test_chart_names_every_workload_of_the_snapshots(drawn_chart, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks.chart import slug
+
+    assert sorted(p.name for p in drawn_chart.iterdir()) == sorted(CHARTS)
+    for snapshot in _snapshots():
+        assert snapshot["source"] and snapshot["label"] and snapshot["rows"], snapshot
+        svg = (drawn_chart / f"performance-{slug(snapshot['label'])}.svg").read_text()
+        texts = set(_svg_texts(svg))
         for row in snapshot["rows"]:
-            assert row["workload"] in texts, (path.name, row["workload"])
-            assert row["config"] in texts, (path.name, row["config"])
-    assert "1" in texts  # the 1.0 line's tick: below it gradtx is faster
+            assert row["workload"] in texts, (snapshot["label"], row["workload"])
+            assert row["config"] in texts, (snapshot["label"], row["config"])
+        assert "1" in texts  # the 1.0 line's tick: left of it gradtx is faster
+        assert any("lower is faster" in t or "gradtx faster" in t for t in texts)
+
+
+def test_chart_text_is_at_least_11_px_at_page_width(drawn_chart):
+    for name in CHARTS:
+        svg = (drawn_chart / name).read_text()
+        width = float(re.search(r'viewBox="0 0 ([0-9.]+) [0-9.]+"', svg).group(1))
+        sizes = [float(x) for x in re.findall(r"font-size: ?([0-9.]+)px", svg)]
+        assert sizes, name
+        assert min(sizes) * PAGE_WIDTH_PX / width >= 11, (name, min(sizes), width)
+
+
+def test_chart_ratio_table_on_the_page_is_current():
+    """The performance page's table is what `python -m benchmarks.chart --ratios` prints."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.chart", "--ratios"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert proc.stdout.strip() in page, "run `python -m benchmarks.chart --ratios` for the page"
 
 
 def test_committed_chart_is_drawn_from_the_committed_snapshots(drawn_chart):
-    """`docs/images/performance.svg` is what `make chart` draws from the snapshots now. The
-    SVG is deterministic, so with the matplotlib version that drew it the bytes must agree;
-    another version may lay it out differently, and then its labels and figures must."""
-    committed_path = ROOT / "docs" / "images" / "performance.svg"
-    committed, fresh = committed_path.read_text(), drawn_chart.read_text()
-    stale = "docs/images/performance.svg is stale: run `make chart` and commit it"
-    if _matplotlib_version(committed) == _matplotlib_version(fresh):
-        assert drawn_chart.read_bytes() == committed_path.read_bytes(), stale
-    else:
-        assert _svg_texts(fresh) == _svg_texts(committed), stale
+    """`docs/images/performance-*.svg` are what `make chart` draws from the snapshots now.
+    The SVG is deterministic, so with the matplotlib version that drew it the bytes must
+    agree; another version may lay it out differently, and then its labels and figures must."""
+    for name in CHARTS:
+        committed_path = ROOT / "docs" / "images" / name
+        fresh_path = drawn_chart / name
+        committed, fresh = committed_path.read_text(), fresh_path.read_text()
+        stale = f"docs/images/{name} is stale: run `make chart` and commit it"
+        if _matplotlib_version(committed) == _matplotlib_version(fresh):
+            assert fresh_path.read_bytes() == committed_path.read_bytes(), stale
+        else:
+            assert _svg_texts(fresh) == _svg_texts(committed), stale
