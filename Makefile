@@ -4,10 +4,10 @@
 #   make lint    ruff check + ruff format --check + basedpyright (type check of gradtx/)
 #   make quick   pytest without the tests marked slow (the registry's cross products, subprocesses)
 #   make demo    run examples/train_mlp.py
-#   make docs    build the documentation into site/
+#   make docs    run the notebooks, then build the documentation into site/ (with their outputs)
 #   make dist    build the wheel and sdist into dist/, twine check, install the wheel in a clean venv
 #   make bench   run the benchmarks (python -m benchmarks.run)
-#   make chart   redraw docs/images/performance.svg from the snapshots in benchmarks/snapshots/
+#   make chart   redraw docs/images/performance-*.svg from the snapshots in benchmarks/snapshots/
 #   make clean   remove build, cache and docs output (keeps .venv)
 #
 # The first run creates .venv and installs the package with all extras; the virtual
@@ -78,9 +78,12 @@ define notebook_cmds
 	@echo "no notebooks/*.ipynb found; skipping notebook tests"
 endef
 else
-# Two at a time, as the tests: each notebook runs in a kernel of its own.
+# Two at a time, as the tests: each notebook runs in a kernel of its own. They run as copies in
+# build/notebooks/, which keep their outputs (--overwrite) for the docs build to show; the
+# committed notebooks stay without outputs.
 define notebook_cmds
-	$(BIN)/pytest -p no:cacheprovider -n 2 --nbmake $(NOTEBOOKS)
+	rm -rf build/notebooks && mkdir -p build/notebooks && cp $(NOTEBOOKS) build/notebooks/
+	$(BIN)/pytest -p no:cacheprovider -n 2 --nbmake --overwrite build/notebooks/*.ipynb
 endef
 endif
 
@@ -123,8 +126,9 @@ quick: install
 notebooks: install
 	$(notebook_cmds)
 
-docs: $(STAMP)
-	GRADTX_DOCS_EXECUTE=true $(docs_cmds)
+docs: install
+	$(notebook_cmds)
+	$(docs_cmds)
 
 dist: $(STAMP)
 	$(dist_cmds)

@@ -93,7 +93,7 @@ updates, _ = tx.update(jax.grad(loss_fn)(as_tuple, x, y), state, as_tuple)
 print(sorted(gradtx.paths.paths(as_tuple)) == sorted(gradtx.paths.paths(params)))
 
 # %% [markdown]
-# ## 3. Adding a layer: `reconcile` keeps what survives
+# ## 3. Adding a layer: reconcile keeps what survives
 #
 # A linear skip connection joins the model. `reconcile` keeps every surviving path's
 # moments and counts, and initialises the new ones; the report lists them.

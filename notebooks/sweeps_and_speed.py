@@ -84,7 +84,7 @@ plt.show()
 # the full run.
 
 # %%
-root = Path.cwd() if (Path.cwd() / "benchmarks").is_dir() else Path.cwd().parent
+root = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "benchmarks").is_dir())
 out = Path(tempfile.mkdtemp()) / "smoke.json"
 command = [sys.executable, "-m", "benchmarks.run", "--smoke", "--no-training", "--out", str(out)]
 command += ["--config", "adam", "--config", "lion"]

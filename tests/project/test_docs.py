@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import importlib
+import importlib.util
+import io
 import json
 import pkgutil
 import re
@@ -16,8 +19,10 @@ import pytest
 import gradtx
 
 ROOT = Path(__file__).resolve().parents[2]
-API_MD = ROOT / "docs" / "api.md"
-CONTRIB_MD = ROOT / "docs" / "contrib.md"  # the reference of gradtx.contrib
+# The API reference: one page per section, each opening with a summary table; and contrib's page
+SECTIONS = sorted((ROOT / "docs" / "reference").glob("*.md"))
+REFERENCE = [*SECTIONS, ROOT / "docs" / "contrib.md"]
+HOME = ROOT / "docs" / "index.md"
 NOTEBOOKS = ROOT / "notebooks"
 PAGES = [
     "README.md",
@@ -38,8 +43,10 @@ PAGES = [
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-def _api_targets(path: Path = API_MD) -> list[str]:
-    return re.findall(r"^::: *([\w.]+) *$", path.read_text(), flags=re.MULTILINE)
+def _api_targets(*pages: Path) -> list[str]:
+    """The `::: name` blocks of `pages` (every reference page by default), in order."""
+    pattern = re.compile(r"^::: *([\w.]+) *$", flags=re.MULTILINE)
+    return [name for page in pages or REFERENCE for name in pattern.findall(page.read_text())]
 
 
 def _public_names() -> list[str]:
@@ -64,26 +71,59 @@ def _resolve(dotted: str) -> object:
 
 
 def test_every_public_name_is_in_the_api_reference():
-    targets = set(_api_targets()) | set(_api_targets(CONTRIB_MD))
+    targets = set(_api_targets())
     missing = [name for name in _public_names() if name not in targets]
-    assert not missing, f"docs/api.md has no `::: name` block for: {missing}"
+    assert not missing, f"docs/reference/ has no `::: name` block for: {missing}"
 
 
 def test_api_reference_has_no_stale_or_repeated_entries():
     targets = _api_targets()
     repeated = sorted({t for t in targets if targets.count(t) > 1})
-    assert not repeated, f"docs/api.md documents these more than once: {repeated}"
+    assert not repeated, f"docs/reference/ documents these more than once: {repeated}"
     for target in targets:
         _resolve(target)  # raises if the name no longer exists
 
 
 def test_the_coverage_check_sees_a_missing_name(tmp_path):
     # Guard against a vacuous check: with one entry dropped, that name must be missing.
-    fake = tmp_path / "api.md"
-    fake.write_text(API_MD.read_text().replace("::: gradtx.reconcile\n", ""))
+    (page,) = [p for p in REFERENCE if "::: gradtx.reconcile\n" in p.read_text()]
+    fake = tmp_path / page.name
+    fake.write_text(page.read_text().replace("::: gradtx.reconcile\n", ""))
+    others = [p for p in REFERENCE if p != page]
     assert "gradtx.reconcile" in _api_targets()
-    assert "gradtx.reconcile" not in _api_targets(fake)
+    assert "gradtx.reconcile" not in _api_targets(fake, *others)
     assert "gradtx.reconcile" in _public_names()
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        importlib.import_module(dotted)
+    except ImportError:
+        return False
+    return True
+
+
+def _summary(page: Path) -> list[str]:
+    """The names a reference page's summary table links to, in order (`[`x`](#gradtx.x)`)."""
+    return re.findall(r"^\| \[`[\w.]+`\]\(#([\w.]+)\) \|", page.read_text(), flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", SECTIONS, ids=lambda p: p.name)
+def test_reference_page_opens_with_a_summary_of_its_entries(page):
+    """The table lists each entry of the page once, in the page's order (module intros aside)."""
+    entries = [name for name in _api_targets(page) if not _is_module(name)]
+    assert _summary(page) == entries
+    text = page.read_text()
+    assert text.index("| name |") < text.index(f"::: {entries[0]}\n")
+
+
+def test_every_reference_page_is_in_the_site():
+    """Each page is in the navigation and linked from the reference's overview."""
+    nav, overview = (ROOT / "mkdocs.yml").read_text(), (ROOT / "docs" / "api.md").read_text()
+    for page in REFERENCE:
+        path = page.relative_to(ROOT / "docs").as_posix()
+        assert f": {path}\n" in nav, f"{path} is not in mkdocs.yml's nav"
+        assert f"]({path})" in overview, f"docs/api.md does not link {path}"
 
 
 # --- docstring examples ------------------------------------------------------------------------
@@ -156,9 +196,22 @@ def test_page_examples_run(page):
     assert not report, report
 
 
+def test_home_page_example_runs():
+    """The home page's ```python example runs, and each `print(...)  # shown` prints `shown`."""
+    (code,) = re.findall(r"^```python\n(.*?)^```", HOME.read_text(), flags=re.MULTILINE | re.DOTALL)
+    assert 10 <= sum(1 for line in code.splitlines() if line.strip()) <= 20
+    shown = re.findall(r"^print\(.*\)  # (.*)$", code, flags=re.MULTILINE)
+    assert shown, "the example shows no output"
+    out = io.StringIO()
+    # User code may broadcast ranks freely, as on the other pages.
+    with jax.numpy_rank_promotion("allow"), contextlib.redirect_stdout(out):
+        exec(compile(code, str(HOME), "exec"), {"__name__": "__main__"})
+    assert out.getvalue().splitlines() == shown
+
+
 # --- tables ------------------------------------------------------------------------------------
 
-TABLE_PAGES = sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"])
+TABLE_PAGES = sorted([*ROOT.glob("docs/**/*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"])
 SEPARATOR = re.compile(r"\|(\s*:?-+:?\s*\|)+")
 
 
@@ -236,3 +289,24 @@ def test_notebook_has_no_stored_outputs(source):
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+def test_the_site_shows_a_notebook_executed_only_while_it_is_current(tmp_path, monkeypatch):
+    """docs/hooks/notebooks.py reads build/notebooks/<name>.ipynb if its cells are the source's."""
+    spec = importlib.util.spec_from_file_location(
+        "notebooks_hook", ROOT / "docs/hooks/notebooks.py"
+    )
+    assert spec and spec.loader
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    monkeypatch.setattr(hook, "EXECUTED", tmp_path)
+    source = NOTEBOOKS / "quickstart.ipynb"
+    assert hook._source_dir(source) == hook.ROOT  # no executed copy
+    executed = json.loads(source.read_text())
+    executed["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1\n"}]
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / source.name).write_text(json.dumps(executed))
+    assert hook._source_dir(source) == tmp_path  # current: shown with its outputs
+    executed["cells"][1]["source"] = ["an older cell"]
+    (tmp_path / "notebooks" / source.name).write_text(json.dumps(executed))
+    assert hook._source_dir(source) == hook.ROOT  # stale: the committed notebook instead
