@@ -139,3 +139,5 @@ def test_dimension_number_errors():
         contrib.muon(0.02, muon_weight_dimension_numbers={"conv": 3})
     with pytest.raises(TypeError, match="`weight_dimension_numbers` must be None, a pair"):
         contrib.scale_by_muon(weight_dimension_numbers="conv")
+    with pytest.raises(TypeError, match="`weight_dimension_numbers` must be None, a pair"):
+        contrib.scale_by_muon(weight_dimension_numbers=((), (1,)))  # no reduction axis
