@@ -178,6 +178,8 @@ ENTRIES = [pytest.param(e, id=e.id) for e in REGISTRY if e.id not in REFUSES_COM
 REFUSING = [pytest.param(e, id=e.id) for e in REGISTRY if e.id in REFUSES_COMPLEX]
 
 
+# A cross product of the registry: `make test` runs it, `make quick` leaves it out.
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_complex_leaf_equals_its_real_view(entry):
     """3 steps with a complex64 leaf give the updates, state and params of the real problem."""

@@ -58,6 +58,8 @@ def _laid_out(tree: dict, layout: str):
     return gradtx.pack(tree) if layout == "packed" else tree
 
 
+# A cross product of the catalogue and the layouts: `make test` runs it, `make quick` does not.
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["tree", "packed", "bucketed"])
 @pytest.mark.parametrize("name", sorted(COUNTING))
 def test_a_donated_step_writes_its_counts_in_place(name, layout):
