@@ -20,7 +20,9 @@ import gradtx
 
 ROOT = Path(__file__).resolve().parents[2]
 # The API reference: one page per section, each opening with a summary table; and contrib's page
-SECTIONS = sorted((ROOT / "docs" / "reference").glob("*.md"))
+# The optax name table sits among the reference pages but documents no gradtx name.
+OPTAX_NAMES = ROOT / "docs" / "reference" / "optax-names.md"
+SECTIONS = sorted(p for p in (ROOT / "docs" / "reference").glob("*.md") if p != OPTAX_NAMES)
 REFERENCE = [*SECTIONS, ROOT / "docs" / "contrib.md"]
 HOME = ROOT / "docs" / "index.md"
 NOTEBOOKS = ROOT / "notebooks"

@@ -1,4 +1,4 @@
-"""docs/coming-from-optax.md stays true: its table of names and its "not covered" list.
+"""docs/reference/optax-names.md stays true: its table of names and its "not covered" list.
 
 The page maps optax's public names to gradtx's and lists those gradtx does not cover. These
 tests parse both and check them against the installed optax and gradtx, so a name added to
@@ -16,7 +16,7 @@ import pytest
 
 import gradtx
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "coming-from-optax.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "optax-names.md"
 NAMESPACES = ("optax", "optax.schedules", "optax.contrib")
 
 
