@@ -108,7 +108,7 @@ TABLE = [
     # Trust-ratio and sign methods take steps of a fixed relative (or absolute) size, so they
     # need a decaying learning rate to settle.
     Row("lamb", decay(0.05, 100), 109, 458, 80, 176),
-    Row("lars", decay(0.05, 100) + ", trust_coefficient=1.0", 183, 396, 62, 146),
+    Row("lars", decay(0.05, 50) + ", trust_coefficient=1.0", 127, 335, 63, 148),
     Row("lion", decay(0.01, 200) + ", weight_decay=0.0", 267, 835, 116, 267),
     Row("yogi", "0.05", 24, 238, 24, 82),
     Row("adan", "0.05", 21, 80, 21, 325),
@@ -132,7 +132,7 @@ TABLE = [
     Row("sm3", decay(0.3, 100), SKIP, SKIP, 16, SKIP),
     # Rosenbrock: lr 0.03 keeps oscillating across the valley; the next row converges.
     Row("optimistic_adam", "0.03", 50, NO, 47, 50),
-    Row("optimistic_adam", "3e-3", SKIP, 1735, SKIP, SKIP),
+    Row("optimistic_adam", "1.5e-3", SKIP, 1945, SKIP, SKIP),
     # L-BFGS with its zoom line search needs the loss: `update(..., value=, grad=, value_fn=)`.
     Row("lbfgs", "", 4, 14, 3, 5),
 ]

@@ -12,11 +12,18 @@ import gradtx
 
 
 def teacher_forced(
-    tx: Any, reference: Any, oracle: Any, rtol: float, oracle_rtol: float, ulps: float = 0.0
+    tx: Any,
+    reference: Any,
+    oracle: Any,
+    rtol: float,
+    oracle_rtol: float,
+    ulps: float = 0.0,
+    leaf_atol: float = 1e-6,
 ) -> None:
     """Run `tx` for the contract's 20 steps; at each step give the reference and the optax
     oracle the params gradtx has, and compare the updates. `ulps`: float32 ulps of the param
-    the optax update may be off by (an update computed as the difference of two positions)."""
+    the optax update may be off by (an update computed as the difference of two positions).
+    `leaf_atol`: the absolute tolerance, relative to the leaf's largest expected update."""
     step = jax.jit(lambda tx, p, s, g: tx.update(g, s, p))
     params, state = tc.PARAMS, tx.init(tc.PARAMS)
     ref_state = reference.init({p: np.asarray(x, np.float64) for p, x in tc.flat(params).items()})
@@ -43,7 +50,7 @@ def teacher_forced(
                     got,
                     expected,
                     rtol=tolerance,
-                    atol=max(floor, 1e-6 * float(np.max(np.abs(expected), initial=0.0))),
+                    atol=max(floor, leaf_atol * float(np.max(np.abs(expected), initial=0.0))),
                     err_msg=f"{name}, step {k}, path {path}",
                 )
         params = gradtx.apply_updates(params, updates)

@@ -33,8 +33,9 @@ ENTRIES: tuple[Entry, ...] = (
         needs_params=True,
         # The reward feeds g * (x - x0) back: float32 rounding of the params compounds. At
         # alpha = 100 (tiny first steps) a float32 run drifts 3e-3 from the float64 reference
-        # and 9e-5 from optax; alpha = 10 keeps the reference at 1e-5 (test_contrib checks
+        # and 9e-5 from optax; alpha = 10 keeps the reference within 3e-5 (test_contrib checks
         # alpha = 100 step by step against the reference fed the same params).
+        reference_rtol=3e-5,
         oracle_rtol=1e-5,
     ),
     Entry(
@@ -216,6 +217,9 @@ ENTRIES: tuple[Entry, ...] = (
         sweep=(0.5, 1.0, 2.0),
         converges=True,
         needs_params=True,
+        # The step size is a ratio of sums over every element, and optax sums in another
+        # order: a few float32 ulps apart by the last steps.
+        oracle_rtol=1e-5,
     ),
     Entry(
         # patience 1 without cooldown: every window that does not improve lowers the scale,
