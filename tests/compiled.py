@@ -10,22 +10,35 @@ import jax
 import gradtx
 
 
-def donated_step_program(
-    tx: Any, params: Any, grads: Any, apply: Any = None, *, whole: bool = False
-) -> str:
-    """The entry computation of `tx`'s jitted step `(params, state, grads) -> (params,
-    state)`, compiled with params and state donated; `apply` adds the updates to the params
-    (default `gradtx.apply_updates`). `whole` keeps the computations it calls (the branches
-    of a `lax.cond`, the bodies of loops) as well."""
+def compiled_step(
+    tx: Any, params: Any, grads: Any, apply: Any = None, *, donate: bool = True
+) -> jax.stages.Compiled:
+    """`tx`'s jitted step `(params, state, grads) -> (params, state)`, compiled for arrays
+    like `params` and `grads`, with params and state donated unless `donate` is False;
+    `apply` adds the updates to the params (default `gradtx.apply_updates`). It runs as a
+    training step does, and its text is the program the copy counts read."""
     apply = gradtx.apply_updates if apply is None else apply
 
     def step(p, s, g):
         updates, s = tx.update(g, s, p)
         return apply(p, updates), s
 
-    lowered = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params), grads)
-    hlo = lowered.compile().as_text()
-    return hlo if whole else hlo[hlo.index("ENTRY") :]
+    jitted = jax.jit(step, donate_argnums=(0, 1) if donate else ())
+    return jitted.lower(params, tx.init(params), grads).compile()
+
+
+def entry_computation(program: str) -> str:
+    """The program's entry computation, without the computations it calls."""
+    return program[program.index("ENTRY") :]
+
+
+def donated_step_program(
+    tx: Any, params: Any, grads: Any, apply: Any = None, *, whole: bool = False
+) -> str:
+    """The entry computation of `compiled_step(tx, params, grads, apply)`, donated; `whole`
+    keeps the computations it calls (the branches of a `lax.cond`, the bodies of loops)."""
+    hlo = compiled_step(tx, params, grads, apply).as_text()
+    return hlo if whole else entry_computation(hlo)
 
 
 # A copy of a floating-point array in a compiled program (params, gradients or state); the

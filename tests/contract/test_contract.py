@@ -4,7 +4,6 @@ donation) on one entry per public name (`registry.PER_NAME`)."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -14,8 +13,10 @@ import pytest
 from compiled import (
     FLOAT_ARRAY_COPY,
     argument_names,
+    compiled_step,
     copies_in_called_computations,
     donated_step_program,
+    entry_computation,
 )
 from registry import NON_TRANSFORMATIONS, PER_NAME, REGISTRY, covered_names
 
@@ -149,6 +150,22 @@ def shared_step(entry: Any) -> tuple[Any, list]:
 
         _SHARED[entry.id] = (jax.jit(step), traces)
     return _SHARED[entry.id]
+
+
+_DONATED: dict[tuple[str, str], jax.stages.Compiled] = {}
+
+
+def shared_donated_step(entry: Any, dtype: Any = jnp.float32) -> jax.stages.Compiled:
+    """One compiled step per entry and params dtype, `(params, state, grads) -> (params,
+    state)` with params and state donated (`compiled.compiled_step`), built with the entry's
+    scalar: the donated-step test runs it, and the copy counts read its program."""
+    key = (entry.id, jnp.dtype(dtype).name)
+    if key not in _DONATED:
+        params, grads = (
+            (PARAMS, GRADS) if dtype == jnp.float32 else (_make_params(dtype), _make_grads(dtype))
+        )
+        _DONATED[key] = compiled_step(entry.make(entry.scalar), params, grads[0])
+    return _DONATED[key]
 
 
 def quadratic(params: Any) -> jax.Array:
@@ -507,27 +524,24 @@ def test_state_dict_save_load_continue(entry):
 def test_donated_step_matches_undonated(entry):
     """The same step with params and state donated gives bit-for-bit the same results."""
     tx = entry.make(entry.scalar)
-    plain = functools.partial(shared_step(entry)[0], tx)
-    donated = functools.partial(
-        jax.jit(lambda tx, *args: step_fn(tx)(*args), donate_argnums=(1, 2)), tx
-    )
+    plain = compiled_step(tx, PARAMS, GRADS[0], donate=False)
+    donated = shared_donated_step(entry)
 
     p1, s1 = PARAMS, tx.init(PARAMS)
     p2 = jax.tree.map(jnp.copy, PARAMS)
     s2 = tx.init(p2)
     for grads in GRADS[:4]:
-        p1, s1, u1 = plain(p1, s1, grads)
+        p1, s1 = plain(p1, s1, grads)
         old = jax.tree.leaves(p2)
-        p2, s2, u2 = donated(p2, s2, grads)
+        p2, s2 = donated(p2, s2, grads)
         assert all(x.is_deleted() for x in old)  # the buffers were donated
-        assert_trees_equal(u1, u2)
-    assert_trees_equal(p1, p2)
-    assert_trees_equal(s1, s2)
+        assert_trees_equal(p1, p2)
+        assert_trees_equal(s1, s2)
 
 
-def _float_array_copies(tx: Any, apply: Any) -> int:
-    """How many float arrays XLA copies in `tx`'s jitted step with params and state donated."""
-    return len(FLOAT_ARRAY_COPY.findall(donated_step_program(tx, PARAMS, GRADS[0], apply)))
+def _float_array_copies(program: str) -> int:
+    """How many float arrays XLA copies in the entry computation of a `program`."""
+    return len(FLOAT_ARRAY_COPY.findall(entry_computation(program)))
 
 
 @pytest.mark.parametrize("entry", NAMES_WITH_ORACLES)
@@ -535,10 +549,15 @@ def test_a_donated_step_copies_no_more_arrays_than_optax(entry):
     """XLA copies a donated buffer that is read after it is overwritten; each copy costs a
     pass over memory and a buffer. (Armijo backtracking with `store_grad` copied the incoming
     gradients into its loop: 4 copies against optax's 0.)"""
-    ours = _float_array_copies(entry.make(entry.scalar), gradtx.apply_updates)
+    ours = _float_array_copies(shared_donated_step(entry).as_text())
     with jax.numpy_dtype_promotion("standard"):
         theirs = _float_array_copies(
-            entry.oracle(entry.scalar), lambda p, u: jax.tree.map(jnp.add, p, u)
+            donated_step_program(
+                entry.oracle(entry.scalar),
+                PARAMS,
+                GRADS[0],
+                lambda p, u: jax.tree.map(jnp.add, p, u),
+            )
         )
     assert ours <= theirs
 
@@ -580,13 +599,12 @@ READS_AN_OLD_SLOT = {
 READS_THE_OLD_PARAMS_IN_BF16 = {"ema_params-sgd-momentum"}
 
 
-def _copied_buffers(tx: Any, dtype: Any) -> tuple[set[str], list[str]]:
-    """The params and state slots (`p['enc']`, `s['nu']`) of which a donated step on `dtype`
-    params copies an array, and the arrays copied inside the computations it calls."""
-    params = PARAMS if dtype == jnp.float32 else _make_params(dtype)
-    grads = GRADS[0] if dtype == jnp.float32 else _make_grads(dtype)[0]
-    whole = donated_step_program(tx, params, grads, whole=True)
-    program = whole[whole.index("ENTRY") :]
+def _copied_buffers(entry: Any, dtype: Any) -> tuple[set[str], list[str]]:
+    """The params and state slots (`p['enc']`, `s['nu']`) of which the entry's donated step
+    on `dtype` params copies an array, and the arrays copied inside the computations it
+    calls."""
+    whole = shared_donated_step(entry, dtype).as_text()
+    program = entry_computation(whole)
     names = argument_names(program)
     copied = FLOAT_ARRAY_COPY.findall(program)
     slots = {names.get(x, "").split("]")[0] + "]" for x in copied}
@@ -608,7 +626,7 @@ def test_a_donated_step_copies_no_param_or_state_slot(entry, dtype):
     accumulators, which XLA copied on every call (2.1x optax's step around SGD on 3.1M
     floats). Its waiting branch may copy the gradients, which it passes through as its
     updates."""
-    copied, copied_inside = _copied_buffers(entry.make(entry.scalar), dtype)
+    copied, copied_inside = _copied_buffers(entry, dtype)
     assert [c for c in copied_inside if not c.startswith("g[")] == []
     if entry.id in READS_AN_OLD_SLOT:  # the list holds what float32 steps copy
         assert copied or dtype != jnp.float32, "nothing copied: take it out of READS_AN_OLD_SLOT"
