@@ -169,6 +169,15 @@ def test_cosine_onecycle():
     _check(sched, closed, range(0, 110, 3), peak=2.0)
 
 
+def test_onecycle_without_a_warmup_starts_at_the_peak():
+    """`pct_start=0` is allowed: the cycle starts at its peak and anneals over every step."""
+    for make in (schedules.cosine_onecycle, schedules.linear_onecycle):
+        sched = make(100, 2.0, 0.0, div_factor=10.0, final_div_factor=100.0)
+        assert _value(sched, 0) == F(2.0)
+        _close(_value(sched, 100), 0.002)
+    _close(_value(schedules.cosine_onecycle(100, 2.0, 0.0), 50), 1.0 + 1.0 / 25e4, peak=2.0)
+
+
 def test_onecycle_defaults():
     sched = schedules.linear_onecycle(1000, 1.0)
     _close(_value(sched, 0), 0.04)  # peak / 25
